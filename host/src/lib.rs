@@ -1,1 +1,3 @@
 //! weir
+pub mod batch;
+pub mod operator;

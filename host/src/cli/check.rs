@@ -1,0 +1,126 @@
+//! `weir check <plugin.wasm>`: proves a plugin can run here before a job uses it,
+//! by loading, validating and instantiating it under the limits it would get.
+//! `init` runs only if a config is given, since plugins may require one.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use weir::operator::{self, Limits, OperatorInstance, Plugin, Runtime, RuntimeConfig};
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The plugin: a WebAssembly component exporting the weir:operator world.
+    plugin: PathBuf,
+    /// Linear memory cap of each instance, in MiB.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    memory_limit_mb: u64,
+    /// CPU deadline of each call, in milliseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    call_timeout_ms: u64,
+    /// A config entry (`key=value`, repeatable); when given, `init` runs with them.
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
+    config: Vec<(String, String)>,
+}
+
+pub fn run(args: CheckArgs) -> anyhow::Result<()> {
+    let limits = Limits {
+        memory_bytes: usize::try_from(args.memory_limit_mb << 20)
+            .context("--memory-limit-mb is too large")?,
+        call_timeout: Duration::from_millis(args.call_timeout_ms),
+    };
+    let runtime =
+        Runtime::new(RuntimeConfig::default()).context("cannot start the WebAssembly runtime")?;
+    let plugin = Plugin::load(&runtime, &args.plugin)?;
+    let info = plugin.info();
+    let probe = plugin.probe(limits, "check")?;
+
+    let host = operator::host_version();
+    let version = match &info.version {
+        Some(v) => format!(
+            "{}@{v} (this host speaks @{host}: compatible)",
+            info.package
+        ),
+        None => format!(
+            "{} (no version: it imports no {} interface; exports match @{host})",
+            info.package, info.package
+        ),
+    };
+    println!(
+        "plugin:   {} ({})",
+        info.path.display(),
+        mib(info.size_bytes as usize)
+    );
+    println!("package:  {version}");
+    println!("exports:  {}", info.exports.join(", "));
+    println!("imports:  {}", summarise_imports(&info.imports));
+    println!(
+        "sandbox:  no filesystem, network or environment; clocks frozen; log and stdio to the host log"
+    );
+    println!(
+        "limits:   memory {}, call timeout {} ms",
+        mib(limits.memory_bytes),
+        limits.call_timeout.as_millis()
+    );
+    match runtime.cache_dir() {
+        Some(dir) => println!("code:     {} (cache: {})", info.compiled, dir.display()),
+        None => println!(
+            "code:     {} (no cache: WEIR_CACHE_DIR is empty)",
+            info.compiled
+        ),
+    }
+    println!(
+        "instance: instantiated in {:.1} ms, {} of linear memory at start",
+        probe.instantiate_time.as_secs_f64() * 1e3,
+        mib(probe.memory_bytes)
+    );
+    if args.config.is_empty() {
+        println!("init:     not run (give --config key=value to run init with a config)");
+    } else {
+        OperatorInstance::new(&plugin, limits, args.config, "check".into())?;
+        println!("init:     ok");
+    }
+    println!("ok: {} can run as a weir operator", info.path.display());
+    Ok(())
+}
+
+fn parse_config_entry(entry: &str) -> Result<(String, String), String> {
+    let (key, value) = entry
+        .split_once('=')
+        .ok_or_else(|| format!("`{entry}` is not `key=value`"))?;
+    if key.is_empty() {
+        return Err(format!("`{entry}` has an empty key"));
+    }
+    Ok((key.to_owned(), value.to_owned()))
+}
+
+/// The weir imports by name, the WASI ones as a count per package: a Python
+/// component imports some thirty WASI interfaces.
+fn summarise_imports(imports: &[String]) -> String {
+    let (wasi, weir): (Vec<&String>, Vec<&String>) =
+        imports.iter().partition(|name| name.starts_with("wasi:"));
+    let mut packages: Vec<&str> = wasi
+        .iter()
+        .filter_map(|name| name.split('/').next())
+        .collect();
+    packages.sort_unstable();
+    packages.dedup();
+    let mut parts: Vec<String> = weir.iter().map(|name| name.to_string()).collect();
+    if !wasi.is_empty() {
+        parts.push(format!(
+            "{} WASI interfaces ({})",
+            wasi.len(),
+            packages.join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        "nothing".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}

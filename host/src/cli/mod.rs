@@ -1,0 +1,32 @@
+//! The `weir` command line: argument parsing and one module per subcommand.
+//! Each subcommand returns `anyhow::Result`; `main` prints the error chain.
+
+mod check;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "Exactly-once stream processing from Kafka through WebAssembly operators to Kafka"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load and validate a plugin, instantiate it once and print what it is and
+    /// the limits it would run under.
+    Check(check::CheckArgs),
+}
+
+impl Cli {
+    pub fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Check(args) => check::run(args),
+        }
+    }
+}

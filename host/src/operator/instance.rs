@@ -1,0 +1,340 @@
+//! One operator subtask's guest: its own `Store` under a memory cap, every call
+//! under a CPU deadline. A crash (trap, deadline, memory) poisons the Store, so it
+//! is dropped and a fresh instance is stamped from the plugin's pre-instantiation.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::{Store, Trap};
+
+use super::bindings::{Operator, WireScratch, from_wire};
+use super::error::{Call, OperatorError, OperatorId};
+use super::plugin::Plugin;
+use super::sandbox::HostState;
+use crate::batch::Batch;
+
+/// What one operator instance may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Total linear memory of the instance.
+    pub memory_bytes: usize,
+    /// CPU deadline of every call (and of instantiation plus `init`), enforced
+    /// with the runtime's epoch tick as granularity.
+    pub call_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 64 << 20,
+            call_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A running operator: one guest instance plus what it takes to replace it.
+/// `Send`, not `Sync`: each subtask thread owns its instance.
+pub struct OperatorInstance {
+    plugin: Plugin,
+    limits: Limits,
+    config: Vec<(String, String)>,
+    id: OperatorId,
+    label: Arc<str>,
+    /// `None` only after a crash whose replacement failed; the next call retries.
+    live: Option<Live>,
+    scratch: WireScratch,
+}
+
+struct Live {
+    store: Store<HostState>,
+    operator: Operator,
+}
+
+/// What instantiating a plugin costs, reported by `weir check`.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    pub instantiate_time: Duration,
+    /// Linear memory the fresh instance holds before any call.
+    pub memory_bytes: usize,
+}
+
+/// How a call ended when it did not return: the Store is poisoned in every case.
+enum Crash {
+    Trap {
+        trap: String,
+        guest_output: Option<String>,
+    },
+    Deadline {
+        elapsed: Duration,
+    },
+    Memory {
+        requested_bytes: usize,
+    },
+}
+
+impl Plugin {
+    /// Instantiates the plugin once under `limits` without calling `init`
+    /// (which may need a config), to prove it can start here.
+    pub fn probe(&self, limits: Limits, label: &str) -> Result<Probe, OperatorError> {
+        let id = OperatorId {
+            label: label.to_owned(),
+            plugin: self.path().to_owned(),
+        };
+        let started = Instant::now();
+        let live = instantiate(self, limits, label.into(), &id)?;
+        Ok(Probe {
+            instantiate_time: started.elapsed(),
+            memory_bytes: live.store.data().memory_in_use(),
+        })
+    }
+}
+
+impl OperatorInstance {
+    /// Instantiates `plugin` and calls `init(config)`. `label` names the
+    /// instance in logs and errors (e.g. `"enrich[3]"`).
+    pub fn new(
+        plugin: &Plugin,
+        limits: Limits,
+        config: Vec<(String, String)>,
+        label: String,
+    ) -> Result<Self, OperatorError> {
+        let id = OperatorId {
+            label: label.clone(),
+            plugin: plugin.path().to_owned(),
+        };
+        let mut instance = Self {
+            plugin: plugin.clone(),
+            limits,
+            config,
+            id,
+            label: label.into(),
+            live: None,
+            scratch: WireScratch::default(),
+        };
+        instance.live = Some(instance.start()?);
+        Ok(instance)
+    }
+
+    /// Hands the guest a batch; returns the records it emits now.
+    pub fn process(&mut self, batch: &Batch) -> Result<Batch, OperatorError> {
+        let output = self.call(Call::Process, |operator, store, scratch| {
+            scratch.with_wire(batch, |wire| operator.call_process(store, wire))
+        })?;
+        from_wire(output).map_err(|problem| OperatorError::InvalidOutput {
+            id: self.id.clone(),
+            call: Call::Process,
+            problem,
+        })
+    }
+
+    /// Event time reached `watermark`; returns the records this completes.
+    pub fn on_watermark(&mut self, watermark: i64) -> Result<Batch, OperatorError> {
+        let output = self.call(Call::OnWatermark, |operator, store, _| {
+            operator.call_on_watermark(store, watermark)
+        })?;
+        from_wire(output).map_err(|problem| OperatorError::InvalidOutput {
+            id: self.id.clone(),
+            call: Call::OnWatermark,
+            problem,
+        })
+    }
+
+    /// The guest's whole state, for a checkpoint.
+    pub fn snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
+        self.call(Call::Snapshot, |operator, store, _| {
+            operator.call_snapshot(store)
+        })
+    }
+
+    /// Replaces the state of this (freshly started or reset) instance with a snapshot's.
+    pub fn restore(&mut self, state: &[u8]) -> Result<(), OperatorError> {
+        self.call(Call::Restore, |operator, store, _| {
+            operator.call_restore(store, state)
+        })
+    }
+
+    pub fn id(&self) -> &OperatorId {
+        &self.id
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Linear memory the guest holds now (0 if it is between a crash and its replacement).
+    pub fn memory_in_use(&self) -> usize {
+        self.live
+            .as_ref()
+            .map_or(0, |live| live.store.data().memory_in_use())
+    }
+
+    /// Runs one export under the deadline and sorts out how it ended.
+    fn call<R>(
+        &mut self,
+        call: Call,
+        f: impl FnOnce(
+            &Operator,
+            &mut Store<HostState>,
+            &mut WireScratch,
+        ) -> wasmtime::Result<Result<R, String>>,
+    ) -> Result<R, OperatorError> {
+        if self.live.is_none() {
+            self.live = Some(self.start()?);
+        }
+        let live = self.live.as_mut().expect("an instance was just started");
+        live.store.data_mut().begin_call();
+        live.store.set_epoch_deadline(
+            self.plugin
+                .runtime()
+                .deadline_ticks(self.limits.call_timeout),
+        );
+        let started = Instant::now();
+        match f(&live.operator, &mut live.store, &mut self.scratch) {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(message)) => Err(OperatorError::Guest {
+                id: self.id.clone(),
+                call,
+                message,
+            }),
+            Err(err) => {
+                let crash = diagnose(&err, live.store.data(), started.elapsed());
+                let error = self.crash_error(call, crash);
+                tracing::warn!("{error}");
+                self.replace();
+                Err(error)
+            }
+        }
+    }
+
+    fn crash_error(&self, call: Call, crash: Crash) -> OperatorError {
+        let id = self.id.clone();
+        match crash {
+            Crash::Trap { trap, guest_output } => OperatorError::Trap {
+                id,
+                call,
+                trap,
+                guest_output,
+            },
+            Crash::Deadline { elapsed } => OperatorError::DeadlineExceeded {
+                id,
+                call,
+                timeout: self.limits.call_timeout,
+                elapsed,
+            },
+            Crash::Memory { requested_bytes } => OperatorError::MemoryLimitExceeded {
+                id,
+                call,
+                limit_bytes: self.limits.memory_bytes,
+                requested_bytes,
+            },
+        }
+    }
+
+    /// Drops the poisoned Store and starts over from the pre-instantiation. If
+    /// that fails too, the next call retries and reports why.
+    fn replace(&mut self) {
+        self.live = None;
+        match self.start() {
+            Ok(live) => self.live = Some(live),
+            Err(err) => {
+                tracing::error!(operator = %self.id, "cannot replace the crashed instance: {err}")
+            }
+        }
+    }
+
+    /// A fresh instance with `init(config)` done.
+    fn start(&self) -> Result<Live, OperatorError> {
+        let mut live = instantiate(&self.plugin, self.limits, self.label.clone(), &self.id)?;
+        let config: Vec<(&str, &str)> = self
+            .config
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        live.store.data_mut().begin_call();
+        live.store.set_epoch_deadline(
+            self.plugin
+                .runtime()
+                .deadline_ticks(self.limits.call_timeout),
+        );
+        let started = Instant::now();
+        let detail = match live.operator.call_init(&mut live.store, &config) {
+            Ok(Ok(())) => return Ok(live),
+            Ok(Err(message)) => format!("it returned an error: {message}"),
+            Err(err) => describe(
+                diagnose(&err, live.store.data(), started.elapsed()),
+                self.limits,
+            ),
+        };
+        Err(OperatorError::Init {
+            id: self.id.clone(),
+            detail,
+        })
+    }
+}
+
+/// A new Store under `limits`, with the plugin instantiated in it (no `init`).
+fn instantiate(
+    plugin: &Plugin,
+    limits: Limits,
+    label: Arc<str>,
+    id: &OperatorId,
+) -> Result<Live, OperatorError> {
+    let runtime = plugin.runtime();
+    let mut store = Store::new(runtime.engine(), HostState::new(label, limits.memory_bytes));
+    store.limiter(HostState::limiter);
+    store.set_epoch_deadline(runtime.deadline_ticks(limits.call_timeout));
+    let started = Instant::now();
+    match plugin.pre().instantiate(&mut store) {
+        Ok(operator) => Ok(Live { store, operator }),
+        Err(err) => Err(OperatorError::Instantiate {
+            id: id.clone(),
+            detail: describe(diagnose(&err, store.data(), started.elapsed()), limits),
+        }),
+    }
+}
+
+/// Sorts a failed call into what the user can act on. A refused memory growth
+/// wins: the trap that follows (usually `unreachable` after a failed
+/// allocation) is its consequence.
+fn diagnose(err: &wasmtime::Error, state: &HostState, elapsed: Duration) -> Crash {
+    if let Some(requested_bytes) = state.memory_denied() {
+        return Crash::Memory { requested_bytes };
+    }
+    let trap = if let Some(trap) = err.downcast_ref::<Trap>() {
+        if *trap == Trap::Interrupt {
+            return Crash::Deadline { elapsed };
+        }
+        trap.to_string()
+    } else if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        format!("it called exit({})", exit.0)
+    } else {
+        format!("{err:#}")
+    };
+    Crash::Trap {
+        trap,
+        guest_output: state.output_tail(),
+    }
+}
+
+/// A crash as a sentence, for failures outside a call (instantiation, `init`).
+fn describe(crash: Crash, limits: Limits) -> String {
+    match crash {
+        Crash::Trap {
+            trap,
+            guest_output: Some(output),
+        } => format!("it trapped: {trap} (guest said: {output})"),
+        Crash::Trap {
+            trap,
+            guest_output: None,
+        } => format!("it trapped: {trap}"),
+        Crash::Deadline { elapsed } => format!(
+            "it did not finish within the {} ms call timeout (interrupted after {} ms)",
+            limits.call_timeout.as_millis(),
+            elapsed.as_millis()
+        ),
+        Crash::Memory { requested_bytes } => format!(
+            "it needs {requested_bytes} bytes of memory, over the limit of {} bytes; raise the memory limit",
+            limits.memory_bytes
+        ),
+    }
+}

@@ -1,0 +1,255 @@
+//! A plugin file turned into something instances can be stamped from: read,
+//! recognised (component, not core module or garbage), compiled or fetched from
+//! the cache, checked against the world, and pre-instantiated once.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use semver::Version;
+use wasmtime::component::Component;
+
+use super::bindings::OperatorPre;
+use super::contract::{self, Surface};
+use super::error::PluginError;
+use super::runtime::Runtime;
+use super::sandbox::HostState;
+
+/// Largest plugin file accepted; a Python component is ~20 MB.
+pub const MAX_PLUGIN_BYTES: u64 = 512 << 20;
+
+/// The 8-byte preamble of a Wasm binary: magic, then version and layer.
+const MAGIC: &[u8; 4] = b"\0asm";
+const CORE_MODULE: [u8; 4] = [1, 0, 0, 0];
+const COMPONENT_LAYER: [u8; 2] = [1, 0];
+const COMPONENT_VERSION: u16 = 0xd;
+
+/// A loaded, validated plugin. Cheap to clone and shareable across threads:
+/// every operator instance of it is stamped from the same pre-instantiation.
+#[derive(Clone)]
+pub struct Plugin {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: Runtime,
+    pre: OperatorPre<HostState>,
+    info: PluginInfo,
+}
+
+/// What `weir check` and the job log say about a plugin.
+#[derive(Clone, Debug)]
+pub struct PluginInfo {
+    pub path: PathBuf,
+    pub size_bytes: u64,
+    /// Always [`contract::PACKAGE`]: anything else fails to load.
+    pub package: &'static str,
+    /// The `weir:operator` version the plugin was built against, read from its
+    /// imports; `None` when it imports no `weir:operator` interface.
+    pub version: Option<Version>,
+    pub exports: Vec<String>,
+    pub imports: Vec<String>,
+    pub compiled: Compiled,
+}
+
+/// How the plugin's machine code was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compiled {
+    /// Compiled now, taking this long (and stored in the cache if there is one).
+    Fresh(Duration),
+    /// Mapped from the compiled-code cache, taking this long.
+    Cached(Duration),
+}
+
+impl fmt::Display for Compiled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Compiled::Fresh(t) => write!(f, "compiled in {:.1} ms", t.as_secs_f64() * 1e3),
+            Compiled::Cached(t) => write!(
+                f,
+                "loaded from the compiled-code cache in {:.1} ms",
+                t.as_secs_f64() * 1e3
+            ),
+        }
+    }
+}
+
+impl Plugin {
+    /// Loads the component at `path`, checks it can run as an operator here and
+    /// pre-instantiates it.
+    pub fn load(runtime: &Runtime, path: &Path) -> Result<Plugin, PluginError> {
+        let read_err = |cause| PluginError::Read {
+            path: path.to_owned(),
+            cause,
+        };
+        let size = std::fs::metadata(path).map_err(read_err)?.len();
+        if size > MAX_PLUGIN_BYTES {
+            return Err(PluginError::TooLarge {
+                path: path.to_owned(),
+                size,
+                max: MAX_PLUGIN_BYTES,
+            });
+        }
+        let wasm = std::fs::read(path).map_err(read_err)?;
+        recognise(path, &wasm)?;
+
+        let (component, compiled) = compile(runtime, path, &wasm)?;
+        let Surface {
+            version,
+            imports,
+            exports,
+        } = contract::check(path, runtime.engine(), &component)?;
+        let instance_pre = runtime
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|err| PluginError::Link {
+                path: path.to_owned(),
+                detail: format!("{err:#}"),
+            })?;
+        let pre = OperatorPre::new(instance_pre).map_err(|err| PluginError::WrongSignature {
+            path: path.to_owned(),
+            host: contract::host_version().clone(),
+            detail: format!("{err:#}"),
+        })?;
+        let info = PluginInfo {
+            path: path.to_owned(),
+            size_bytes: size,
+            package: contract::PACKAGE,
+            version,
+            exports,
+            imports,
+            compiled,
+        };
+        tracing::info!(plugin = %path.display(), "plugin loaded, {compiled}");
+        Ok(Plugin {
+            inner: Arc::new(Inner {
+                runtime: runtime.clone(),
+                pre,
+                info,
+            }),
+        })
+    }
+
+    pub fn info(&self) -> &PluginInfo {
+        &self.inner.info
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.info.path
+    }
+
+    pub(super) fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    pub(super) fn pre(&self) -> &OperatorPre<HostState> {
+        &self.inner.pre
+    }
+}
+
+/// Tells a component from a core module or something that is not Wasm at all,
+/// by the preamble alone, so those get their own message instead of a parse error.
+fn recognise(path: &Path, wasm: &[u8]) -> Result<(), PluginError> {
+    if wasm.len() < 4 || &wasm[..4] != MAGIC {
+        return Err(PluginError::NotWasm {
+            path: path.to_owned(),
+        });
+    }
+    let Some(preamble) = wasm.get(4..8) else {
+        return Err(PluginError::Truncated {
+            path: path.to_owned(),
+            detail: "the file ends inside the 8-byte header".into(),
+        });
+    };
+    if preamble == CORE_MODULE {
+        return Err(PluginError::CoreModule {
+            path: path.to_owned(),
+        });
+    }
+    let version = u16::from_le_bytes([preamble[0], preamble[1]]);
+    let layer = u16::from_le_bytes([preamble[2], preamble[3]]);
+    if preamble[2..] != COMPONENT_LAYER || version != COMPONENT_VERSION {
+        return Err(PluginError::UnknownEncoding {
+            path: path.to_owned(),
+            version,
+            layer,
+        });
+    }
+    check_sections_fit(wasm).map_err(|detail| PluginError::Truncated {
+        path: path.to_owned(),
+        detail,
+    })
+}
+
+/// Walks the top-level sections (an id byte, a LEB128 length, the body): a file
+/// cut short shows as a section running past its end, which the parser would
+/// otherwise report as some unrelated-looking range error.
+fn check_sections_fit(wasm: &[u8]) -> Result<(), String> {
+    let mut pos = 8;
+    while pos < wasm.len() {
+        let start = pos;
+        pos += 1;
+        let mut len: u64 = 0;
+        for shift in (0..35).step_by(7) {
+            let Some(&byte) = wasm.get(pos) else {
+                return Err(format!(
+                    "the file ends inside the header of the section at byte {start}"
+                ));
+            };
+            pos += 1;
+            len |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        let end = pos as u64 + len;
+        if end > wasm.len() as u64 {
+            return Err(format!(
+                "the section at byte {start} needs {len} bytes up to byte {end}, but the file ends at byte {}",
+                wasm.len()
+            ));
+        }
+        pos = end as usize;
+    }
+    Ok(())
+}
+
+fn compile(
+    runtime: &Runtime,
+    path: &Path,
+    wasm: &[u8],
+) -> Result<(Component, Compiled), PluginError> {
+    let started = Instant::now();
+    let key = runtime.cache().map(|cache| {
+        (
+            cache,
+            super::cache::CompiledCache::key(runtime.engine(), wasm),
+        )
+    });
+    if let Some((cache, key)) = &key
+        && let Some(component) = cache.load(runtime.engine(), key)
+    {
+        return Ok((component, Compiled::Cached(started.elapsed())));
+    }
+    let component = Component::from_binary(runtime.engine(), wasm).map_err(|err| {
+        let detail = format!("{err:#}");
+        // Truncation inside a nested section is only visible to the parser.
+        if detail.contains("unexpected end") {
+            PluginError::Truncated {
+                path: path.to_owned(),
+                detail,
+            }
+        } else {
+            PluginError::Invalid {
+                path: path.to_owned(),
+                detail,
+            }
+        }
+    })?;
+    let compiled = Compiled::Fresh(started.elapsed());
+    if let Some((cache, key)) = &key {
+        cache.store(key, &component);
+    }
+    Ok((component, compiled))
+}
