@@ -1,0 +1,239 @@
+//! Packs the records an operator emits into the output batch.
+//!
+//! Keys and values are copied once, straight into the batch's `data`;
+//! [`Emitter::emit_with`] even lets a value be written in place, so that formatting
+//! an output record allocates nothing of its own.
+
+use std::fmt;
+use std::io;
+
+use crate::packed::{Batch, Header};
+use crate::record::Record;
+
+/// Collects the records an operator emits during one call, in order.
+#[derive(Debug, Default)]
+pub struct Emitter {
+    batch: Batch,
+}
+
+impl Emitter {
+    /// An emitter with nothing emitted yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An emitter with room for `records` records and `data_bytes` bytes of keys
+    /// and values, to spare reallocations when the output size is predictable.
+    pub fn with_capacity(records: usize, data_bytes: usize) -> Self {
+        Self {
+            batch: Batch::with_capacity(records, data_bytes),
+        }
+    }
+
+    /// Emits a record; add headers through the returned handle.
+    pub fn emit(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> Emitted<'_> {
+        let entry = self.batch.push(key, value, timestamp);
+        Emitted {
+            batch: &mut self.batch,
+            entry,
+        }
+    }
+
+    /// Emits a record whose value `write_value` writes in place.
+    ///
+    /// ```
+    /// use std::fmt::Write;
+    /// let mut out = weir_guest::Emitter::new();
+    /// out.emit_with(Some(b"k"), 7, |value| {
+    ///     write!(value, "{{\"n\":{}}}", 42).unwrap();
+    /// });
+    /// let batch = out.into_batch();
+    /// assert_eq!(&batch.data[1..], br#"{"n":42}"#);
+    /// ```
+    pub fn emit_with(
+        &mut self,
+        key: Option<&[u8]>,
+        timestamp: i64,
+        write_value: impl FnOnce(&mut ValueWriter<'_>),
+    ) -> Emitted<'_> {
+        let key_offset = key.map_or(0, |key| self.batch.append(key));
+        let value_offset = self.batch.append(&[]);
+        write_value(&mut ValueWriter {
+            data: &mut self.batch.data,
+        });
+        let value_len = self.batch.data.len() - value_offset as usize;
+        let entry = self.batch.push_entry(
+            key.is_some(),
+            key_offset,
+            key.map_or(0, <[u8]>::len),
+            value_offset,
+            value_len,
+            timestamp,
+        );
+        Emitted {
+            batch: &mut self.batch,
+            entry,
+        }
+    }
+
+    /// Emits a copy of an input record, headers included.
+    pub fn forward(&mut self, record: &Record<'_>) {
+        let mut emitted = self.emit(record.key, record.value, record.timestamp);
+        for header in record.headers {
+            emitted = emitted.header(&header.name, &header.value);
+        }
+    }
+
+    /// The number of records emitted so far.
+    pub fn len(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// True when nothing was emitted.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// The packed output batch.
+    pub fn into_batch(self) -> Batch {
+        self.batch
+    }
+}
+
+/// The record just emitted, to give it headers.
+#[derive(Debug)]
+pub struct Emitted<'a> {
+    batch: &'a mut Batch,
+    entry: u32,
+}
+
+impl Emitted<'_> {
+    /// Adds a header to the record (after those already added).
+    pub fn header(self, name: &str, value: &[u8]) -> Self {
+        // The record is the batch's last: headers stay ordered by record.
+        debug_assert_eq!(self.entry as usize + 1, self.batch.entries.len());
+        self.batch.headers.push(Header {
+            entry: self.entry,
+            name: name.to_owned(),
+            value: value.to_vec(),
+        });
+        self
+    }
+}
+
+/// Writes one record's value in place; it can only append, so the records
+/// emitted before stay intact. Implements [`fmt::Write`] and [`io::Write`].
+#[derive(Debug)]
+pub struct ValueWriter<'a> {
+    data: &'a mut Vec<u8>,
+}
+
+impl ValueWriter<'_> {
+    /// Appends bytes.
+    pub fn extend(&mut self, bytes: &[u8]) {
+        self.data.extend_from_slice(bytes);
+    }
+
+    /// Appends a JSON string literal holding `text` (as UTF-8, invalid sequences
+    /// replaced by U+FFFD), escaped exactly as `serde_json` escapes strings.
+    pub fn json_string(&mut self, text: &[u8]) {
+        self.data.push(b'"');
+        for chunk in text.utf8_chunks() {
+            self.json_escaped(chunk.valid());
+            if !chunk.invalid().is_empty() {
+                self.data.extend_from_slice("\u{FFFD}".as_bytes());
+            }
+        }
+        self.data.push(b'"');
+    }
+
+    fn json_escaped(&mut self, text: &str) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let bytes = text.as_bytes();
+        let mut clean_from = 0;
+        for (at, &byte) in bytes.iter().enumerate() {
+            let escape: &[u8] = match byte {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                0x00..=0x1f => &[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(byte >> 4) as usize],
+                    HEX[(byte & 0xf) as usize],
+                ],
+                _ => continue,
+            };
+            self.data.extend_from_slice(&bytes[clean_from..at]);
+            self.data.extend_from_slice(escape);
+            clean_from = at + 1;
+        }
+        self.data.extend_from_slice(&bytes[clean_from..]);
+    }
+}
+
+impl fmt::Write for ValueWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.data.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+impl io::Write for ValueWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.data.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Records;
+
+    #[test]
+    fn packs_keys_values_and_headers() {
+        let mut out = Emitter::new();
+        out.emit(Some(b"k"), b"v", 1).header("h", b"x");
+        out.emit(None, b"w", 2);
+        out.emit_with(Some(b"key"), 3, |value| value.extend(b"in place"));
+        let batch = out.into_batch();
+        let records: Vec<_> = Records::new(&batch).unwrap().iter().collect();
+        assert_eq!(records[0].key, Some(&b"k"[..]));
+        assert_eq!(records[0].header("h"), Some(&b"x"[..]));
+        assert_eq!(
+            (records[1].key, records[1].value, records[1].timestamp),
+            (None, &b"w"[..], 2)
+        );
+        assert_eq!(records[2].key, Some(&b"key"[..]));
+        assert_eq!(records[2].value, b"in place");
+    }
+
+    #[test]
+    fn json_strings_escape_like_serde_json() {
+        let samples: [&[u8]; 6] = [
+            b"plain",
+            b"quote\" back\\slash",
+            b"\n\r\t\x08\x0c\x01\x1f\x7f",
+            "unicode \u{e9}\u{1F600}".as_bytes(),
+            b"bad \xff utf8",
+            b"",
+        ];
+        for sample in samples {
+            let mut data = Vec::new();
+            ValueWriter { data: &mut data }.json_string(sample);
+            let expected = serde_json::to_string(&String::from_utf8_lossy(sample)).unwrap();
+            assert_eq!(String::from_utf8(data).unwrap(), expected);
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The packed batch exactly as it crosses the component boundary (`weir:operator/types`).
+//!
+//! The Wasm glue lifts the host's batch straight into these types and lowers the
+//! output from them; native callers (benchmarks, tests) build them with [`Batch::pack`].
+
+use crate::record::Record;
+
+/// A batch of records: every key and value back to back in `data`, one [`Entry`]
+/// of offsets per record, and the rare headers apart.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub data: Vec<u8>,
+    pub entries: Vec<Entry>,
+    pub headers: Vec<Header>,
+}
+
+/// Where one record's key and value lie in its batch's `data`, and its event time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// False for a record without a key (then the key offset and length are 0).
+    pub has_key: bool,
+    pub key_offset: u32,
+    pub key_len: u32,
+    pub value_offset: u32,
+    pub value_len: u32,
+    /// Event time, epoch milliseconds.
+    pub timestamp: i64,
+}
+
+/// A header of the record at index `entry` of its batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub entry: u32,
+    pub name: String,
+    pub value: Vec<u8>,
+}
+
+impl Batch {
+    /// An empty batch with room for `records` records and `data_bytes` bytes of
+    /// keys and values.
+    pub fn with_capacity(records: usize, data_bytes: usize) -> Self {
+        Self {
+            data: Vec::with_capacity(data_bytes),
+            entries: Vec::with_capacity(records),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Packs records into one batch, in order, keeping their headers.
+    ///
+    /// # Panics
+    /// If the keys and values add up to 4 GiB or more, which offsets cannot address.
+    pub fn pack<'a>(records: impl IntoIterator<Item = &'a Record<'a>>) -> Self {
+        let mut batch = Self::default();
+        for record in records {
+            let index = batch.push(record.key, record.value, record.timestamp);
+            for header in record.headers {
+                batch.headers.push(Header {
+                    entry: index,
+                    name: header.name.clone(),
+                    value: header.value.clone(),
+                });
+            }
+        }
+        batch
+    }
+
+    /// The number of records.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Appends a record without headers and returns its index.
+    pub(crate) fn push(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> u32 {
+        let (key_offset, key_len) = match key {
+            Some(key) => (self.append(key), key.len()),
+            None => (0, 0),
+        };
+        let value_offset = self.append(value);
+        self.push_entry(
+            key.is_some(),
+            key_offset,
+            key_len,
+            value_offset,
+            value.len(),
+            timestamp,
+        )
+    }
+
+    /// Appends bytes to `data` and returns where they start.
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> u32 {
+        let offset = offset_of(self.data.len());
+        self.data.extend_from_slice(bytes);
+        offset
+    }
+
+    /// Appends an entry whose bytes are already in `data` and returns its index.
+    pub(crate) fn push_entry(
+        &mut self,
+        has_key: bool,
+        key_offset: u32,
+        key_len: usize,
+        value_offset: u32,
+        value_len: usize,
+        timestamp: i64,
+    ) -> u32 {
+        // Checked here once so that every offset derived from `data.len()` fits u32.
+        offset_of(self.data.len());
+        let index = u32::try_from(self.entries.len())
+            .expect("a packed batch holds at most u32::MAX records");
+        self.entries.push(Entry {
+            has_key,
+            key_offset,
+            key_len: key_len as u32,
+            value_offset,
+            value_len: value_len as u32,
+            timestamp,
+        });
+        index
+    }
+}
+
+/// A position in `data` as the u32 the WIT carries. On wasm32 a buffer cannot reach
+/// 4 GiB, so this only fails natively, and then an offset would silently wrap.
+fn offset_of(position: usize) -> u32 {
+    u32::try_from(position).expect("a packed batch's data must stay below 4 GiB")
+}

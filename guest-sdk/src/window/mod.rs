@@ -1,0 +1,41 @@
+//! Keyed event-time windows fired by watermarks: tumbling, sliding and session.
+//!
+//! Each helper keeps one accumulator per (window, key), hands back the accumulators of
+//! the windows a watermark completes ordered by window end, then key bytes (then start),
+//! and serializes in a canonical order, so output and snapshots are reproducible
+//! across snapshot and restore.
+
+mod fixed;
+mod session;
+mod sliding;
+mod tumbling;
+
+use serde::{Deserialize, Serialize};
+
+pub use session::SessionWindows;
+pub use sliding::SlidingWindows;
+pub use tumbling::TumblingWindows;
+
+/// An event-time interval `[start, end)` in epoch milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Window {
+    pub start: i64,
+    /// Exclusive: the window is complete once the watermark reaches `end`.
+    pub end: i64,
+}
+
+/// Combines two session accumulators when a record bridges their sessions.
+pub trait Merge {
+    /// Folds `later`, the accumulator of the later session, into `self`.
+    fn merge(&mut self, later: Self);
+}
+
+/// Accumulators per key, hashed with a fixed seed: the same state behaves the same
+/// in every instance, and no entropy is asked of the host.
+type KeyMap<V> = hashbrown::HashMap<Box<[u8]>, V, foldhash::fast::FixedState>;
+
+/// A watermark no real one is below: nothing is late before the first watermark.
+const NO_WATERMARK: i64 = i64::MIN;
+
+#[cfg(test)]
+mod tests;
