@@ -2,6 +2,7 @@
 //! Each subcommand returns `anyhow::Result`; `main` prints the error chain.
 
 mod check;
+mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -21,12 +22,15 @@ enum Command {
     /// Load and validate a plugin, instantiate it once and print what it is and
     /// the limits it would run under.
     Check(check::CheckArgs),
+    /// Run a job exactly-once until SIGTERM/SIGINT (which commits a final checkpoint).
+    Run(run::RunArgs),
 }
 
 impl Cli {
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Check(args) => check::run(args),
+            Command::Run(args) => run::run(args),
         }
     }
 }

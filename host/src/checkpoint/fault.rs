@@ -1,0 +1,55 @@
+//! A test-only fault-injection switch: `WEIR_FAULT=<step>:<n>` kills the process with
+//! SIGKILL when it reaches `<step>` of checkpoint `n` or later, so the crash tests can
+//! prove recovery from each step of the protocol. Unset, it costs one branch.
+
+use std::sync::OnceLock;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Barrier N injected into the sources, nothing of N durable yet.
+    AfterBarrier,
+    /// Every snapshot of N durable in the store, N not committed in Kafka.
+    AfterSeal,
+    /// N committed in Kafka, older checkpoints not yet pruned.
+    AfterCommit,
+    /// Restarting: producer fenced and checkpoint N loaded, tasks not yet running.
+    DuringRecovery,
+}
+
+impl Step {
+    fn parse(name: &str) -> Option<Step> {
+        match name {
+            "after-barrier" => Some(Step::AfterBarrier),
+            "after-seal" => Some(Step::AfterSeal),
+            "after-commit" => Some(Step::AfterCommit),
+            "during-recovery" => Some(Step::DuringRecovery),
+            _ => None,
+        }
+    }
+}
+
+fn armed() -> Option<(Step, u64)> {
+    static ARMED: OnceLock<Option<(Step, u64)>> = OnceLock::new();
+    *ARMED.get_or_init(|| {
+        let spec = std::env::var("WEIR_FAULT").ok()?;
+        let (step, n) = spec.split_once(':')?;
+        let parsed = Step::parse(step).zip(n.parse().ok());
+        if parsed.is_none() {
+            tracing::warn!("ignoring WEIR_FAULT={spec}: expected <after-barrier|after-seal|after-commit|during-recovery>:<checkpoint>");
+        }
+        parsed
+    })
+}
+
+/// Kills the process here if the switch names this step and checkpoint.
+pub fn point(step: Step, n: u64) {
+    if let Some((armed_step, at)) = armed() {
+        if armed_step == step && n >= at {
+            tracing::warn!("WEIR_FAULT: killing the process at {step:?} of checkpoint {n}");
+            // SAFETY: kill(2) on our own pid with a constant signal has no memory effects.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }
+    }
+}

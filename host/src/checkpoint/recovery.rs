@@ -1,0 +1,95 @@
+//! Recovery's first half: which checkpoint the job last committed. Kafka's committed
+//! offsets for the job's group are the single source of truth; their metadata names
+//! the checkpoint (`weir:ckpt=N`) whose snapshots the store must hold.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+const METADATA_PREFIX: &str = "weir:ckpt=";
+
+/// Where the job resumes.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Resume {
+    /// The last committed checkpoint; `None` on a fresh start.
+    pub checkpoint: Option<u64>,
+    /// The next offset to read of each partition that has one committed.
+    pub offsets: BTreeMap<i32, i64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error("cannot reach Kafka at {brokers} within {}s to read topic {topic}: {detail}; check [source].brokers and that the brokers are up", timeout.as_secs())]
+    Unreachable { brokers: String, topic: String, timeout: Duration, detail: String },
+    #[error("source topic {topic} does not exist on {brokers}; create it or fix [source].topic")]
+    NoTopic { topic: String, brokers: String },
+    #[error("reading the committed offsets of consumer group `{group}`: {detail}")]
+    Offsets { group: String, detail: String },
+    #[error(
+        "consumer group `{group}` has offsets committed on {topic}/{partition} that weir did not write \
+         (metadata `{metadata}`); another application uses this group: give the job another name"
+    )]
+    Foreign { group: String, topic: String, partition: i32, metadata: String },
+    #[error(
+        "consumer group `{group}` names different checkpoints on different partitions ({found:?}); \
+         the offsets were changed outside weir"
+    )]
+    Mixed { group: String, found: Vec<u64> },
+}
+
+/// The partitions of `topic`, in order.
+pub fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<i32>, RecoveryError> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| RecoveryError::Unreachable {
+        brokers: brokers.to_string(),
+        topic: topic.to_string(),
+        timeout,
+        detail: e.to_string(),
+    })?;
+    let found = metadata.topics().iter().find(|t| t.name() == topic);
+    match found {
+        Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+            let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+            ids.sort_unstable();
+            Ok(ids)
+        }
+        _ => Err(RecoveryError::NoTopic { topic: topic.to_string(), brokers: brokers.to_string() }),
+    }
+}
+
+/// Reads the job's committed offsets (stable: a pending transaction's offsets are
+/// waited for, never read half-done) and the checkpoint they name.
+pub fn committed(consumer: &BaseConsumer, group: &str, topic: &str, partitions: &[i32], timeout: Duration) -> Result<Resume, RecoveryError> {
+    let mut query = TopicPartitionList::new();
+    for &partition in partitions {
+        query.add_partition(topic, partition);
+    }
+    let answer = consumer
+        .committed_offsets(query, timeout)
+        .map_err(|e| RecoveryError::Offsets { group: group.to_string(), detail: e.to_string() })?;
+    let mut resume = Resume::default();
+    let mut checkpoints = Vec::new();
+    for element in answer.elements() {
+        let Offset::Offset(offset) = element.offset() else { continue };
+        let metadata = element.metadata();
+        let Some(n) = metadata.strip_prefix(METADATA_PREFIX).and_then(|n| n.parse::<u64>().ok()) else {
+            return Err(RecoveryError::Foreign {
+                group: group.to_string(),
+                topic: topic.to_string(),
+                partition: element.partition(),
+                metadata: metadata.to_string(),
+            });
+        };
+        checkpoints.push(n);
+        resume.offsets.insert(element.partition(), offset);
+    }
+    checkpoints.sort_unstable();
+    checkpoints.dedup();
+    match checkpoints.as_slice() {
+        [] => {}
+        [n] => resume.checkpoint = Some(*n),
+        _ => return Err(RecoveryError::Mixed { group: group.to_string(), found: checkpoints }),
+    }
+    Ok(resume)
+}

@@ -1,0 +1,86 @@
+//! `weir run <job.toml>`: loads and checks the job file and its plugins, opens the
+//! checkpoint store, serves metrics, and runs the engine until a signal asks it to
+//! stop (it then commits a final checkpoint and exits 0) or it fails for good.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use clap::Args;
+use weir::checkpoint::store::CheckpointStore;
+use weir::engine::{Engine, Options};
+use weir::metrics::{Metrics, MetricsServer};
+use weir::operator::{Plugin, Runtime, RuntimeConfig};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The job file (TOML); see the README for its keys.
+    job: PathBuf,
+    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    metrics_addr: SocketAddr,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let job = weir::job::load(&args.job)?;
+    let runtime =
+        Runtime::new(RuntimeConfig::default()).context("cannot start the WebAssembly runtime")?;
+    let plugins = job
+        .operators
+        .iter()
+        .map(|op| {
+            Plugin::load(&runtime, &op.plugin)
+                .with_context(|| format!("operator `{}` of job `{}`", op.name, job.name))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let store = CheckpointStore::open(&job.state_dir, &job.name)?;
+
+    let metrics = Metrics::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let control = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("weir-control")
+        .enable_all()
+        .build()
+        .context("cannot start the control runtime")?;
+    let server = control.block_on(MetricsServer::bind(args.metrics_addr, metrics.clone()))?;
+    tracing::info!("metrics at http://{}/metrics", server.local_addr()?);
+    control.spawn(async move {
+        if let Err(e) = server.run().await {
+            tracing::error!("the metrics endpoint stopped: {e}");
+        }
+    });
+    control.spawn(stop_on_signal(Arc::clone(&stop)));
+
+    let engine = Engine::new(job, plugins, store, Options { stop, metrics });
+    engine.run()?;
+    tracing::info!("stopped after committing a final checkpoint");
+    Ok(())
+}
+
+/// The first SIGTERM or SIGINT asks for a final checkpoint; a second one exits at once
+/// (safe: recovery rolls back to the last committed checkpoint).
+async fn stop_on_signal(stop: Arc<AtomicBool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for SIGTERM/SIGINT; stop the job with SIGKILL if needed");
+        return;
+    };
+    for round in 0.. {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        if round > 0 {
+            tracing::warn!("second stop signal: exiting without a final checkpoint");
+            std::process::exit(130);
+        }
+        tracing::info!("stop requested: committing a final checkpoint");
+        stop.store(true, Ordering::Relaxed);
+    }
+}

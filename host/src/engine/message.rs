@@ -1,0 +1,51 @@
+//! What travels on the channels between tasks: batches of records, watermarks and
+//! checkpoint barriers, in band and in order, so a barrier cuts every stream at one
+//! consistent point.
+
+use crate::batch::Batch;
+
+/// Where a record was read: its input partition and offset. Kept for records that
+/// come straight from a source, so a poison record can be named and dead-lettered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Origin {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// A batch and, when it comes straight from a source, the origin of each record.
+#[derive(Clone, Default)]
+pub struct Records {
+    pub batch: Batch,
+    /// Empty, or one origin per record of `batch`.
+    pub origins: Vec<Origin>,
+}
+
+impl Records {
+    pub fn push_from(&mut self, other: &Records, index: usize) {
+        self.batch.push_record(other.batch.get(index));
+        if !other.origins.is_empty() {
+            self.origins.push(other.origins[index]);
+        }
+        debug_assert!(self.origins.is_empty() || self.origins.len() == self.batch.len());
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+}
+
+/// A record that made a plugin trap twice, on its way to the dead-letter topic.
+pub struct DeadLetter {
+    pub records: Records,
+    pub operator: String,
+    pub error: String,
+}
+
+pub enum Message {
+    Records(Records),
+    /// Event time has reached this value (epoch ms) on the sending task.
+    Watermark(i64),
+    /// Checkpoint `n`: everything before it belongs to epoch `n`.
+    Barrier(u64),
+    DeadLetter(DeadLetter),
+}

@@ -1,0 +1,185 @@
+//! An operator subtask: one Wasm instance on its own thread. It aligns barriers across
+//! its inputs (an input that delivered barrier N is not read until all have), snapshots
+//! the guest into the checkpoint, and isolates records suspected of crashing the plugin.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Select, Sender};
+
+use crate::batch::Batch;
+use crate::checkpoint::Event;
+use crate::engine::message::{DeadLetter, Message, Origin, Records};
+use crate::engine::route::subtask_for;
+use crate::engine::TaskFailure;
+use crate::metrics::{Counter, OperatorMetrics};
+use crate::operator::OperatorInstance;
+
+pub struct OperatorTask {
+    /// The operator's name in the job and its position in the chain.
+    pub name: String,
+    pub stage: usize,
+    pub subtask: usize,
+    pub instance: OperatorInstance,
+    /// Event time this subtask has reached (restored from the checkpoint).
+    pub watermark: i64,
+    pub inputs: Vec<Receiver<Message>>,
+    /// One sender per downstream subtask when `key_by_next`, else exactly one.
+    pub outputs: Vec<Sender<Message>>,
+    pub key_by_next: bool,
+    pub events: Sender<Event>,
+    /// Input records that crashed this job before: processed one at a time.
+    pub suspects: Arc<HashSet<Origin>>,
+    pub dead_letters: bool,
+    pub source_topic: String,
+    pub metrics: OperatorMetrics,
+    pub dead_letter_count: Counter,
+}
+
+/// How a snapshot entry is laid out: the subtask's watermark, then the guest's bytes.
+pub fn encode_state(watermark: i64, guest: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(8 + guest.len());
+    bytes.extend_from_slice(&watermark.to_le_bytes());
+    bytes.extend_from_slice(guest);
+    bytes
+}
+
+pub fn decode_state(bytes: &[u8]) -> Option<(i64, &[u8])> {
+    let (watermark, guest) = bytes.split_first_chunk::<8>()?;
+    Some((i64::from_le_bytes(*watermark), guest))
+}
+
+/// The checkpoint store's name for a subtask of the operator at `stage`.
+pub fn task_name(stage: usize, subtask: usize) -> String {
+    format!("op/{stage}/{subtask}")
+}
+
+impl OperatorTask {
+    pub fn run(mut self) -> Result<(), TaskFailure> {
+        let inputs = std::mem::take(&mut self.inputs);
+        let mut aligned = vec![false; inputs.len()];
+        let mut input_watermarks = vec![i64::MIN; inputs.len()];
+        loop {
+            let mut select = Select::new();
+            let open: Vec<usize> = (0..inputs.len()).filter(|&i| !aligned[i]).collect();
+            for &i in &open {
+                select.recv(&inputs[i]);
+            }
+            let ready = select.select();
+            let input = open[ready.index()];
+            let Ok(message) = ready.recv(&inputs[input]) else {
+                return Ok(()); // an upstream task ended: the job is stopping
+            };
+            match message {
+                Message::Records(records) => self.process(records)?,
+                Message::Watermark(watermark) => {
+                    input_watermarks[input] = watermark;
+                    let least = *input_watermarks.iter().min().expect("at least one input");
+                    if least > self.watermark {
+                        self.advance(least)?;
+                    }
+                }
+                Message::Barrier(n) => {
+                    aligned[input] = true;
+                    if aligned.iter().all(|&a| a) {
+                        self.checkpoint(n)?;
+                        aligned.fill(false);
+                    }
+                }
+                Message::DeadLetter(letter) => self.send(0, Message::DeadLetter(letter))?,
+            }
+        }
+    }
+
+    fn process(&mut self, records: Records) -> Result<(), TaskFailure> {
+        self.metrics.records_in.inc_by(records.batch.len() as u64);
+        if records.origins.iter().any(|o| self.suspects.contains(o)) {
+            return self.process_one_by_one(records);
+        }
+        match self.instance.process(&records.batch) {
+            Ok(output) => self.emit(output),
+            Err(error) => Err(TaskFailure::Operator { error, origins: records.origins }),
+        }
+    }
+
+    /// Processes a batch that holds a suspect record one record at a time, so the
+    /// record that crashes the plugin again is found and set aside while the guest's
+    /// state is rolled back to just before it.
+    fn process_one_by_one(&mut self, records: Records) -> Result<(), TaskFailure> {
+        for index in 0..records.batch.len() {
+            let origin = records.origins[index];
+            let mut one = Records::default();
+            one.push_from(&records, index);
+            let before = self.instance.snapshot().map_err(TaskFailure::operator)?;
+            match self.instance.process(&one.batch) {
+                Ok(output) => self.emit(output)?,
+                Err(error) if self.suspects.contains(&origin) => {
+                    self.instance.restore(&before).map_err(TaskFailure::operator)?;
+                    if !self.dead_letters {
+                        return Err(TaskFailure::Poison {
+                            topic: self.source_topic.clone(),
+                            origin,
+                            error: error.to_string(),
+                        });
+                    }
+                    tracing::warn!(
+                        operator = %self.name, partition = origin.partition, offset = origin.offset,
+                        "record crashed the plugin twice; sending it to the dead-letter topic: {error}"
+                    );
+                    self.dead_letter_count.inc();
+                    let letter = DeadLetter { records: one, operator: self.name.clone(), error: error.to_string() };
+                    self.send(0, Message::DeadLetter(letter))?;
+                }
+                Err(error) => return Err(TaskFailure::Operator { error, origins: vec![origin] }),
+            }
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, watermark: i64) -> Result<(), TaskFailure> {
+        self.watermark = watermark;
+        let output = self.instance.on_watermark(watermark).map_err(TaskFailure::operator)?;
+        self.emit(output)?;
+        for target in 0..self.outputs.len() {
+            self.send(target, Message::Watermark(watermark))?;
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
+        let guest = self.instance.snapshot().map_err(TaskFailure::operator)?;
+        let bytes = encode_state(self.watermark, &guest);
+        let task = task_name(self.stage, self.subtask);
+        self.events
+            .send(Event::State { n, task, bytes, offsets: None })
+            .map_err(|_| TaskFailure::Stopped)?;
+        for target in 0..self.outputs.len() {
+            self.send(target, Message::Barrier(n))?;
+        }
+        Ok(())
+    }
+
+    fn emit(&self, output: Batch) -> Result<(), TaskFailure> {
+        if output.is_empty() {
+            return Ok(());
+        }
+        self.metrics.records_out.inc_by(output.len() as u64);
+        if !self.key_by_next || self.outputs.len() == 1 {
+            return self.send(0, Message::Records(Records { batch: output, origins: Vec::new() }));
+        }
+        let mut routed: Vec<Batch> = vec![Batch::new(); self.outputs.len()];
+        for record in output.iter() {
+            routed[subtask_for(record.key, self.outputs.len())].push_record(record);
+        }
+        for (target, batch) in routed.into_iter().enumerate() {
+            if !batch.is_empty() {
+                self.send(target, Message::Records(Records { batch, origins: Vec::new() }))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&self, target: usize, message: Message) -> Result<(), TaskFailure> {
+        self.outputs[target].send(message).map_err(|_| TaskFailure::Stopped)
+    }
+}

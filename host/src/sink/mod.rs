@@ -1,0 +1,328 @@
+//! The Kafka sink: ONE producer per process and, exactly-once, ONE transaction per
+//! checkpoint epoch shared by every sink input. The sink task hands records to the
+//! producer; the coordinator commits them together with the input offsets.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select, Sender};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerGroupMetadata};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+
+use crate::batch::Batch;
+use crate::checkpoint::Event;
+use crate::engine::TaskFailure;
+use crate::engine::message::{DeadLetter, Message};
+
+/// How long one transactional call may take before the attempt is failed.
+const TXN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a full producer queue may refuse records before the attempt is failed.
+const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+/// Counts deliveries that failed, so an at-least-once commit never covers a lost record.
+#[derive(Default)]
+pub struct SinkContext {
+    failed: AtomicU64,
+    first_failure: Mutex<Option<String>>,
+}
+
+impl ClientContext for SinkContext {}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            let mut first = self.first_failure.lock().expect("delivery failure lock");
+            first.get_or_insert_with(|| error.to_string());
+        }
+    }
+}
+
+pub struct SinkConfig<'a> {
+    pub job: &'a str,
+    pub brokers: &'a str,
+    pub topic: &'a str,
+    pub dead_letter_topic: Option<&'a str>,
+    pub delivery: Delivery,
+    pub extra: &'a BTreeMap<String, String>,
+}
+
+pub struct Sink {
+    job: String,
+    producer: ThreadedProducer<SinkContext>,
+    delivery: Delivery,
+    topic: String,
+    dead_letter_topic: Option<String>,
+    group: ConsumerGroupMetadata,
+    /// Commits offsets in at-least-once mode; names the group in exactly-once mode.
+    offsets: BaseConsumer,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("another weir instance with transactional.id `{job}` took over the job and fenced this one: {source}")]
+    Fenced { job: String, source: KafkaError },
+    #[error("Kafka sink for topic {topic}: {doing}: {source}")]
+    Kafka { topic: String, doing: &'static str, source: KafkaError },
+    #[error("{count} records could not be delivered to {topic} (first: {first})")]
+    Undelivered { topic: String, count: u64, first: String },
+    #[error("the producer queue for {topic} stayed full for {}s: the brokers accept records too slowly", QUEUE_FULL_LIMIT.as_secs())]
+    QueueFull { topic: String },
+}
+
+impl SinkError {
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, SinkError::Fenced { .. })
+    }
+}
+
+fn is_fencing(error: &KafkaError) -> bool {
+    let code = match error {
+        KafkaError::Transaction(e) => e.code(),
+        other => match other.rdkafka_error_code() {
+            Some(code) => code,
+            None => return false,
+        },
+    };
+    matches!(
+        code,
+        RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
+    )
+}
+
+impl Sink {
+    /// Connects and, exactly-once, calls `init_transactions`: this fences any earlier
+    /// instance of the job and aborts the transaction it left open.
+    pub fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer) -> Result<Sink, SinkError> {
+        let mut client = ClientConfig::new();
+        for (key, value) in config.extra {
+            client.set(key, value);
+        }
+        client
+            .set("bootstrap.servers", config.brokers)
+            .set("partitioner", "murmur2_random")
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5");
+        if config.delivery == Delivery::ExactlyOnce {
+            client.set("transactional.id", config.job);
+        }
+        let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
+        let producer: ThreadedProducer<SinkContext> = client
+            .create_with_context(SinkContext::default())
+            .map_err(|e| kafka("creating the producer", e))?;
+        if config.delivery == Delivery::ExactlyOnce {
+            producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka("init_transactions", e))?;
+        }
+        let group = offsets.group_metadata().ok_or_else(|| {
+            kafka("reading the consumer group metadata", KafkaError::Subscription("no group".into()))
+        })?;
+        Ok(Sink {
+            job: config.job.to_string(),
+            producer,
+            delivery: config.delivery,
+            topic: config.topic.to_string(),
+            dead_letter_topic: config.dead_letter_topic.map(str::to_string),
+            group,
+            offsets,
+        })
+    }
+
+    pub fn begin(&self) -> Result<(), SinkError> {
+        if self.delivery == Delivery::ExactlyOnce {
+            self.producer.begin_transaction().map_err(|e| self.error("begin_transaction", e))?;
+        }
+        Ok(())
+    }
+
+    pub fn send(&self, batch: &Batch) -> Result<(), SinkError> {
+        for record in batch.iter() {
+            let headers = record.headers().fold(OwnedHeaders::new(), |headers, (key, value)| {
+                headers.insert(Header { key, value: Some(value) })
+            });
+            let mut message = BaseRecord::<[u8], [u8]>::to(&self.topic)
+                .payload(record.value)
+                .timestamp(record.timestamp)
+                .headers(headers);
+            if let Some(key) = record.key {
+                message = message.key(key);
+            }
+            self.enqueue(message)?;
+        }
+        Ok(())
+    }
+
+    /// Writes records that crashed a plugin twice to the dead-letter topic, in the
+    /// current transaction, with what happened in headers.
+    pub fn send_dead_letter(&self, letter: &DeadLetter, source_topic: &str) -> Result<(), SinkError> {
+        let topic = self.dead_letter_topic.as_deref().expect("dead letters only flow when a topic is set");
+        for (index, record) in letter.records.batch.iter().enumerate() {
+            let origin = letter.records.origins.get(index);
+            let partition = origin.map(|o| o.partition.to_string()).unwrap_or_default();
+            let offset = origin.map(|o| o.offset.to_string()).unwrap_or_default();
+            let mut headers = OwnedHeaders::new();
+            for (key, value) in record.headers() {
+                headers = headers.insert(Header { key, value: Some(value) });
+            }
+            let meta: [(&str, &str); 5] = [
+                ("weir.error", &letter.error),
+                ("weir.operator", &letter.operator),
+                ("weir.source.topic", source_topic),
+                ("weir.source.partition", &partition),
+                ("weir.source.offset", &offset),
+            ];
+            for (key, value) in meta {
+                headers = headers.insert(Header { key, value: Some(value.as_bytes()) });
+            }
+            let mut message = BaseRecord::<[u8], [u8]>::to(topic)
+                .payload(record.value)
+                .timestamp(record.timestamp)
+                .headers(headers);
+            if let Some(key) = record.key {
+                message = message.key(key);
+            }
+            self.enqueue(message)?;
+        }
+        Ok(())
+    }
+
+    fn enqueue<'a>(&self, mut message: BaseRecord<'a, [u8], [u8]>) -> Result<(), SinkError> {
+        let started = Instant::now();
+        loop {
+            match self.producer.send(message) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    if started.elapsed() > QUEUE_FULL_LIMIT {
+                        return Err(SinkError::QueueFull { topic: self.topic.clone() });
+                    }
+                    message = returned;
+                    // Let deliveries drain the queue; the wait is bounded by the loop's limit.
+                    let _ = self.producer.flush(Duration::from_millis(50));
+                }
+                Err((error, _)) => return Err(self.error("producing", error)),
+            }
+        }
+    }
+
+    /// Commits checkpoint `n`: its records and, atomically with them, the next offset
+    /// of every input partition with metadata `weir:ckpt=<n>`. Then opens epoch n+1.
+    pub fn commit(&self, n: u64, source_topic: &str, offsets: &BTreeMap<i32, i64>) -> Result<(), SinkError> {
+        let mut list = TopicPartitionList::new();
+        for (&partition, &offset) in offsets {
+            list.add_partition_offset(source_topic, partition, Offset::Offset(offset))
+                .map_err(|e| self.error("listing offsets", e))?;
+            list.find_partition(source_topic, partition)
+                .expect("partition just added")
+                .set_metadata(checkpoint_metadata(n));
+        }
+        match self.delivery {
+            Delivery::ExactlyOnce => {
+                self.producer
+                    .send_offsets_to_transaction(&list, &self.group, TXN_TIMEOUT)
+                    .map_err(|e| self.error("send_offsets_to_transaction", e))?;
+                self.producer
+                    .commit_transaction(TXN_TIMEOUT)
+                    .map_err(|e| self.error("commit_transaction", e))?;
+                self.begin()
+            }
+            Delivery::AtLeastOnce => {
+                self.producer.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
+                let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
+                if failed > 0 {
+                    let first = self.producer.context().first_failure.lock().expect("lock").take();
+                    return Err(SinkError::Undelivered {
+                        topic: self.topic.clone(),
+                        count: failed,
+                        first: first.unwrap_or_default(),
+                    });
+                }
+                self.offsets
+                    .commit(&list, CommitMode::Sync)
+                    .map_err(|e| self.error("committing offsets", e))
+            }
+        }
+    }
+
+    /// Drops what the open transaction holds (on shutdown, after the final commit).
+    pub fn abort(&self) {
+        if self.delivery == Delivery::ExactlyOnce {
+            if let Err(error) = self.producer.abort_transaction(TXN_TIMEOUT) {
+                tracing::warn!("aborting the open transaction on shutdown: {error}");
+            }
+        }
+    }
+
+    fn error(&self, doing: &'static str, source: KafkaError) -> SinkError {
+        if is_fencing(&source) {
+            SinkError::Fenced { job: self.job.clone(), source }
+        } else {
+            SinkError::Kafka { topic: self.topic.clone(), doing, source }
+        }
+    }
+
+}
+
+/// What weir writes as offset metadata: the checkpoint the offsets belong to.
+pub fn checkpoint_metadata(n: u64) -> String {
+    format!("weir:ckpt={n}")
+}
+
+/// The sink task: hands records to the producer, aligns barriers from its inputs and
+/// holds epoch N+1 back until checkpoint N is committed.
+pub struct SinkTask<'a> {
+    pub sink: &'a Sink,
+    pub source_topic: String,
+    pub inputs: Vec<Receiver<Message>>,
+    pub events: Sender<Event>,
+    pub committed: Receiver<u64>,
+}
+
+impl SinkTask<'_> {
+    pub fn run(self) -> Result<(), TaskFailure> {
+        let mut aligned = vec![false; self.inputs.len()];
+        loop {
+            let mut select = Select::new();
+            let open: Vec<usize> = (0..self.inputs.len()).filter(|&i| !aligned[i]).collect();
+            for &i in &open {
+                select.recv(&self.inputs[i]);
+            }
+            let ready = select.select();
+            let input = open[ready.index()];
+            let Ok(message) = ready.recv(&self.inputs[input]) else {
+                return Ok(());
+            };
+            match message {
+                Message::Records(records) => self.sink.send(&records.batch).map_err(TaskFailure::Sink)?,
+                Message::DeadLetter(letter) => self
+                    .sink
+                    .send_dead_letter(&letter, &self.source_topic)
+                    .map_err(TaskFailure::Sink)?,
+                Message::Watermark(_) => {}
+                Message::Barrier(n) => {
+                    aligned[input] = true;
+                    if aligned.iter().all(|&a| a) {
+                        self.events.send(Event::SinkAligned(n)).map_err(|_| TaskFailure::Stopped)?;
+                        match self.committed.recv() {
+                            Ok(done) => debug_assert_eq!(done, n),
+                            Err(_) => return Ok(()),
+                        }
+                        aligned.fill(false);
+                    }
+                }
+            }
+        }
+    }
+}

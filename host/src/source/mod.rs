@@ -1,0 +1,230 @@
+//! Source tasks: each reads a fixed set of input partitions (`assign()`, never a group
+//! rebalance), cuts them into batches, tracks per-partition watermarks, and on a
+//! barrier records the next offset of every partition before forwarding the barrier.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message as _};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::Event;
+use crate::engine::message::{Message, Origin, Records};
+use crate::engine::route::subtask_for;
+use crate::engine::TaskFailure;
+use crate::metrics::Metrics;
+
+/// Records and bytes one batch holds at most: bounds memory per channel slot.
+const BATCH_RECORDS: usize = 1024;
+const BATCH_BYTES: usize = 1 << 20;
+/// How long a poll waits for the first record of a batch; bounds barrier latency.
+const POLL_WAIT: Duration = Duration::from_millis(20);
+/// How often, and how patiently, consumer lag is measured.
+const LAG_EVERY: Duration = Duration::from_secs(5);
+const LAG_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a source task checkpoints for one partition.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionState {
+    pub partition: i32,
+    /// The offset of the next record to read: a real offset, never a logical one.
+    pub next_offset: i64,
+    /// The largest event time read so far (`i64::MIN` before the first record).
+    pub max_timestamp: i64,
+}
+
+/// Orders from the coordinator, checked between batches.
+pub enum Control {
+    Barrier(u64),
+    Stop,
+}
+
+pub struct SourceTask {
+    pub index: usize,
+    pub topic: String,
+    pub consumer: BaseConsumer,
+    pub partitions: BTreeMap<i32, PartitionState>,
+    pub max_out_of_orderness_ms: i64,
+    /// One sender per downstream subtask; records go by key when `key_by`, else to
+    /// the subtask with this task's index.
+    pub outputs: Vec<Sender<Message>>,
+    pub key_by: bool,
+    pub control: Receiver<Control>,
+    pub events: Sender<Event>,
+    pub metrics: Metrics,
+    pub lag_reported: std::time::Instant,
+}
+
+/// A consumer for the job's input: committed data only, offsets never auto-committed.
+pub fn consumer(brokers: &str, group: &str, extra: &BTreeMap<String, String>) -> rdkafka::error::KafkaResult<BaseConsumer> {
+    let mut config = ClientConfig::new();
+    for (key, value) in extra {
+        config.set(key, value);
+    }
+    config
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "false")
+        .create()
+}
+
+impl SourceTask {
+    /// Assigns the task's partitions at their checkpointed offsets.
+    pub fn assign(&self) -> Result<(), TaskFailure> {
+        let mut assignment = TopicPartitionList::new();
+        for state in self.partitions.values() {
+            assignment
+                .add_partition_offset(&self.topic, state.partition, Offset::Offset(state.next_offset))
+                .map_err(|e| self.kafka_failure("assigning partitions", e))?;
+        }
+        self.consumer
+            .assign(&assignment)
+            .map_err(|e| self.kafka_failure("assigning partitions", e))
+    }
+
+    pub fn run(mut self) -> Result<(), TaskFailure> {
+        self.assign()?;
+        let mut watermark = i64::MIN;
+        if self.partitions.is_empty() {
+            // Nothing to read: never hold back downstream event time.
+            watermark = i64::MAX;
+            self.broadcast(Message::Watermark(watermark))?;
+        }
+        loop {
+            match self.control.try_recv() {
+                Ok(Control::Barrier(n)) => self.barrier(n)?,
+                Ok(Control::Stop) | Err(TryRecvError::Disconnected) => return Ok(()),
+                Err(TryRecvError::Empty) => {}
+            }
+            if self.partitions.is_empty() {
+                // Wait for control only; a bounded wait keeps shutdown prompt.
+                match self.control.recv_timeout(POLL_WAIT * 5) {
+                    Ok(Control::Barrier(n)) => self.barrier(n)?,
+                    Ok(Control::Stop) => return Ok(()),
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
+                }
+                continue;
+            }
+            let records = self.read_batch()?;
+            if !records.is_empty() {
+                self.send_records(records)?;
+                self.report_lag();
+            }
+            let current = self.watermark();
+            if current > watermark {
+                watermark = current;
+                self.broadcast(Message::Watermark(watermark))?;
+            }
+        }
+    }
+
+    fn read_batch(&mut self) -> Result<Records, TaskFailure> {
+        let mut records = Records::default();
+        let mut wait = POLL_WAIT;
+        while records.batch.len() < BATCH_RECORDS && records.batch.data_len() < BATCH_BYTES {
+            let Some(polled) = self.consumer.poll(wait) else { break };
+            wait = Duration::ZERO;
+            let message = polled.map_err(|e| self.kafka_failure("reading", e))?;
+            let partition = message.partition();
+            let timestamp = message.timestamp().to_millis().unwrap_or(0);
+            let headers: Vec<(&str, &[u8])> = message
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
+                .unwrap_or_default();
+            records
+                .batch
+                .push(message.key(), message.payload().unwrap_or_default(), timestamp, &headers);
+            records.origins.push(Origin { partition, offset: message.offset() });
+            let state = self
+                .partitions
+                .get_mut(&partition)
+                .expect("the consumer only returns assigned partitions");
+            state.next_offset = message.offset() + 1;
+            state.max_timestamp = state.max_timestamp.max(timestamp);
+        }
+        Ok(records)
+    }
+
+    /// Consumer lag per partition: one high-watermark request per partition, at most
+    /// every `LAG_EVERY`, so the metric costs the hot path nothing measurable.
+    fn report_lag(&mut self) {
+        if self.lag_reported.elapsed() < LAG_EVERY {
+            return;
+        }
+        self.lag_reported = std::time::Instant::now();
+        for state in self.partitions.values() {
+            if let Ok((_, high)) = self.consumer.fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
+                self.metrics
+                    .consumer_lag(&self.topic, state.partition)
+                    .set((high - state.next_offset).max(0));
+            }
+        }
+    }
+
+    /// The task's watermark: the least of its partitions' (max event time − allowed lateness).
+    fn watermark(&self) -> i64 {
+        self.partitions
+            .values()
+            .map(|p| p.max_timestamp.saturating_sub(self.max_out_of_orderness_ms))
+            .min()
+            .unwrap_or(i64::MAX)
+    }
+
+    fn send_records(&self, records: Records) -> Result<(), TaskFailure> {
+        if !self.key_by || self.outputs.len() == 1 {
+            let target = if self.key_by { 0 } else { self.index % self.outputs.len() };
+            return self.send(target, Message::Records(records));
+        }
+        let mut routed: Vec<Records> = vec![Records::default(); self.outputs.len()];
+        for (index, record) in records.batch.iter().enumerate() {
+            routed[subtask_for(record.key, self.outputs.len())].push_from(&records, index);
+        }
+        for (target, part) in routed.into_iter().enumerate() {
+            if !part.is_empty() {
+                self.send(target, Message::Records(part))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn barrier(&self, n: u64) -> Result<(), TaskFailure> {
+        let states: Vec<PartitionState> = self.partitions.values().cloned().collect();
+        let bytes = serde_json::to_vec(&states).expect("partition states serialize");
+        self.events
+            .send(Event::State { n, task: task_name(self.index), bytes, offsets: Some(states) })
+            .map_err(|_| TaskFailure::Stopped)?;
+        self.broadcast(Message::Barrier(n))
+    }
+
+    fn broadcast(&self, make: Message) -> Result<(), TaskFailure> {
+        for target in 0..self.outputs.len() {
+            let message = match &make {
+                Message::Watermark(w) => Message::Watermark(*w),
+                Message::Barrier(n) => Message::Barrier(*n),
+                Message::Records(_) | Message::DeadLetter(_) => unreachable!("only markers are broadcast"),
+            };
+            self.send(target, message)?;
+        }
+        Ok(())
+    }
+
+    fn send(&self, target: usize, message: Message) -> Result<(), TaskFailure> {
+        self.outputs[target].send(message).map_err(|_| TaskFailure::Stopped)
+    }
+
+    fn kafka_failure(&self, doing: &str, error: rdkafka::error::KafkaError) -> TaskFailure {
+        TaskFailure::Kafka(format!("source {} {doing} topic {}: {error}", self.index, self.topic))
+    }
+}
+
+/// The checkpoint store's name for source task `index`.
+pub fn task_name(index: usize) -> String {
+    format!("source/{index}")
+}

@@ -1,0 +1,138 @@
+//! End-to-end exactly-once through the real broker: the window-count job's committed
+//! output equals a reference computation exactly, with and without the process being
+//! SIGKILLed at random moments and at every step of the checkpoint protocol.
+
+mod support;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use support::clicks::{self, Clicks};
+use support::job::{self, JobDir};
+use support::{Isolation, Tail};
+
+
+const PARTITIONS: i32 = 4;
+const WINDOW_MS: i64 = 1000;
+
+fn topics(job: &JobDir) {
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+}
+
+/// Stops the job gracefully and checks the whole committed output against the reference.
+fn stop_and_compare(job: &JobDir, child: &mut std::process::Child, input: &[clicks::Input], log: &std::path::Path) {
+    let expected = clicks::window_counts(input, WINDOW_MS);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    let complete = tail.until_while(expected.len(), Duration::from_secs(180), child);
+    let status = job::terminate(child, Duration::from_secs(60));
+    let log_text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(complete, "output incomplete after 180 s ({} of {}); log:\n{log_text}", tail.records.len(), expected.len());
+    assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{log_text}");
+    let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
+    let actual = clicks::as_multiset(&committed);
+    assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
+}
+
+#[test]
+fn window_count_commits_exactly_the_reference_output() {
+    let job = job::job_dir("wc-exact");
+    topics(&job);
+    job.window_count(2, 200, WINDOW_MS as u64, "");
+    let mut clicks = Clicks::new(7, PARTITIONS, 300);
+    let mut input = clicks.take(20_000);
+    input.extend(clicks.flush());
+    support::produce(&job.input, &input);
+
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    stop_and_compare(&job, &mut child, &input, &log);
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(log_text.contains("checkpoint committed"), "no checkpoint was logged:\n{log_text}");
+}
+
+/// Kills at random moments: 20 by default, `WEIR_CRASH_KILLS` for a longer run.
+fn random_kills() -> usize {
+    std::env::var("WEIR_CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(20)
+}
+
+#[test]
+fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
+    let job = job::job_dir("wc-crash");
+    topics(&job);
+    job.window_count(2, 100, WINDOW_MS as u64, "");
+    let log = job.dir.path().join("weir.log");
+    let kills = random_kills();
+
+    // Input keeps arriving while the job is being killed.
+    let chunks = 40;
+    let producer = {
+        let topic = job.input.clone();
+        std::thread::spawn(move || {
+            let mut clicks = Clicks::new(11, PARTITIONS, 500);
+            let mut all = Vec::new();
+            for _ in 0..chunks {
+                let chunk = clicks.take(2_500);
+                support::produce(&topic, &chunk);
+                all.extend(chunk);
+                std::thread::sleep(Duration::from_millis(300)); // pacing, not synchronisation
+            }
+            let flush = clicks.flush();
+            support::produce(&topic, &flush);
+            all.extend(flush);
+            all
+        })
+    };
+
+    // One SIGKILL at each protocol step, by the fault-injection switch.
+    for step in ["after-barrier", "after-seal", "after-commit", "during-recovery"] {
+        if step == "during-recovery" {
+            // Needs a committed checkpoint to recover from: let one happen first.
+            let mut child = job::start(&job.path(), &log, &[]);
+            wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
+            job::kill(&mut child);
+        }
+        let fault = format!("{step}:2");
+        let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", fault.as_str())]);
+        let status = job::wait(&mut child, Duration::from_secs(90))
+            .unwrap_or_else(|| panic!("WEIR_FAULT={fault} did not fire within 90 s"));
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "WEIR_FAULT={fault}: expected death by SIGKILL, got {status}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    for step in ["AfterBarrier", "AfterSeal", "AfterCommit", "DuringRecovery"] {
+        assert!(text.contains(&format!("killing the process at {step}")), "no kill at {step}");
+    }
+
+    // Random kills, each at a random moment of a fresh run.
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for _ in 0..kills {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = Duration::from_millis(200 + seed % 2300);
+        let mut child = job::start(&job.path(), &log, &[]);
+        let started = Instant::now();
+        if let Some(status) = job::wait(&mut child, delay) {
+            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), std::fs::read_to_string(&log).unwrap());
+        }
+        job::kill(&mut child);
+    }
+
+    let input = producer.join().expect("producer thread");
+    let mut child = job::start(&job.path(), &log, &[]);
+    stop_and_compare(&job, &mut child, &input, &log);
+    eprintln!("survived {kills} random kills and 4 protocol-step kills; checked {} input records", input.len());
+}
+
+fn wait_for_log(log: &std::path::Path, needle: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    let before = std::fs::read_to_string(log).map(|t| t.matches(needle).count()).unwrap_or(0);
+    loop {
+        let now = std::fs::read_to_string(log).map(|t| t.matches(needle).count()).unwrap_or(0);
+        if now > before {
+            return;
+        }
+        assert!(Instant::now() < deadline, "`{needle}` not logged within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,267 @@
+//! How `weir run` fails, against the real broker: a held store, a takeover that fences
+//! the old instance, poison records, and bad input. Each failure is a clear error and a
+//! non-zero exit, and the committed output stays exact.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::clicks::{self, Clicks};
+use support::job::{self, JobDir};
+use support::{Isolation, Tail};
+
+const PARTITIONS: i32 = 2;
+const WINDOW_MS: i64 = 1000;
+
+fn log_of(job: &JobDir, name: &str) -> std::path::PathBuf {
+    job.dir.path().join(name)
+}
+
+fn read(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn wait_for(path: &std::path::Path, needle: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !read(path).contains(needle) {
+        assert!(Instant::now() < deadline, "`{needle}` not in {} within {within:?}:\n{}", path.display(), read(path));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn window_count_job(prefix: &str, records: usize) -> (JobDir, Vec<clicks::Input>) {
+    let job = job::job_dir(prefix);
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.window_count(2, 200, WINDOW_MS as u64, "");
+    let mut clicks = Clicks::new(3, PARTITIONS, 100);
+    let mut input = clicks.take(records);
+    input.extend(clicks.flush());
+    support::produce(&job.input, &input);
+    (job, input)
+}
+
+fn assert_exact(job: &JobDir, input: &[clicks::Input]) {
+    let expected = clicks::window_counts(input, WINDOW_MS);
+    let actual = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
+    assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
+}
+
+#[test]
+fn a_second_instance_on_a_held_state_dir_refuses_to_start() {
+    let (job, input) = window_count_job("held", 2_000);
+    let first_log = log_of(&job, "first.log");
+    let mut first = job::start(&job.path(), &first_log, &[]);
+    wait_for(&first_log, "checkpoint committed", Duration::from_secs(60));
+
+    let second_log = log_of(&job, "second.log");
+    let mut second = job::start(&job.path(), &second_log, &[]);
+    let status = job::wait(&mut second, Duration::from_secs(30)).expect("the second instance must exit");
+    assert!(!status.success());
+    let text = read(&second_log);
+    assert!(text.contains("in use by another weir process"), "unclear error:\n{text}");
+    assert!(text.contains(&job.state_dir().display().to_string()), "the error must name the state_dir:\n{text}");
+
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)));
+    assert!(job::terminate(&mut first, Duration::from_secs(60)).success());
+    assert_exact(&job, &input);
+}
+
+#[test]
+fn a_takeover_fences_the_old_instance_and_the_output_stays_exact() {
+    let (job, input) = window_count_job("takeover", 30_000);
+    let old_log = log_of(&job, "old.log");
+    let mut old = job::start(&job.path(), &old_log, &[]);
+    wait_for(&old_log, "checkpoint committed", Duration::from_secs(60));
+
+    // Freeze the old instance and copy its store: a crash-consistent copy, as a
+    // failover to another machine would have.
+    // SAFETY: signals to a child we own.
+    unsafe { libc::kill(old.id() as i32, libc::SIGSTOP) };
+    let copy = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(job.state_dir())
+        .arg(copy.path().join("state"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(job.path()).unwrap();
+    let new_job = copy.path().join("job.toml");
+    std::fs::write(&new_job, text).unwrap();
+
+    let new_log = log_of(&job, "new.log");
+    let mut new = job::start(&new_job, &new_log, &[]);
+    wait_for(&new_log, "recovered; running", Duration::from_secs(60));
+    unsafe { libc::kill(old.id() as i32, libc::SIGCONT) };
+
+    let status = job::wait(&mut old, Duration::from_secs(90)).expect("the fenced instance must stop");
+    assert!(!status.success(), "the fenced instance exited with {status}");
+    let text = read(&old_log);
+    assert!(text.contains("took over the job and fenced this one"), "unclear error:\n{text}");
+
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", read(&new_log));
+    assert!(job::terminate(&mut new, Duration::from_secs(60)).success());
+    assert_exact(&job, &input);
+}
+
+/// A pass-through job with the plugin that panics on the value `poison`.
+fn poison_job(prefix: &str, dead_letter: bool) -> (JobDir, Vec<clicks::Input>, String) {
+    let job = job::job_dir(prefix);
+    let dlq = support::unique_name(&format!("{prefix}-dlq"));
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    support::create_topic(&dlq, 1);
+    let sink_extra = if dead_letter { format!("dead_letter_topic = \"{dlq}\"") } else { String::new() };
+    job.write(
+        2,
+        200,
+        &format!(
+            r#"
+[source]
+brokers = "{brokers}"
+topic = "{input}"
+
+[[operators]]
+name = "passthrough"
+plugin = "{plugin}"
+
+[sink]
+brokers = "{brokers}"
+topic = "{output}"
+{sink_extra}
+"#,
+            brokers = support::brokers(),
+            input = job.input,
+            output = job.output,
+            plugin = support::plugin("bad-trap").display(),
+        ),
+    );
+    let input: Vec<clicks::Input> = (0..2_000)
+        .map(|i| {
+            let value = if i % 500 == 250 { "poison".to_string() } else { format!("record-{i}") };
+            ((i % PARTITIONS as usize) as i32, format!("k{i}").into_bytes(), value.into_bytes(), 1_000 + i as i64)
+        })
+        .collect();
+    support::produce(&job.input, &input);
+    (job, input, dlq)
+}
+
+#[test]
+fn poison_records_go_to_the_dead_letter_topic_and_the_rest_is_exact() {
+    let (job, input, dlq) = poison_job("poison-dlq", true);
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let good: Vec<_> = input.iter().filter(|r| r.2 != b"poison").collect();
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(good.len(), Duration::from_secs(120)), "{}", read(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
+
+    let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
+    let mut actual: Vec<(Vec<u8>, Vec<u8>)> = committed.into_iter().map(|(_, k, v)| (k.unwrap(), v)).collect();
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = good.iter().map(|r| (r.1.clone(), r.2.clone())).collect();
+    actual.sort();
+    expected.sort();
+    assert_eq!(actual.len(), expected.len(), "lost or duplicated pass-through records");
+    assert!(actual == expected);
+
+    let letters = support::read_to_end(&dlq, 1, Isolation::ReadCommitted);
+    let poison = input.iter().filter(|r| r.2 == b"poison").count();
+    assert_eq!(letters.len(), poison, "each poison record exactly once in the dead-letter topic");
+    assert!(letters.iter().all(|(_, _, v)| v == b"poison"));
+}
+
+#[test]
+fn a_poison_record_without_a_dead_letter_topic_stops_the_job_naming_it() {
+    let (job, input, _) = poison_job("poison-stop", false);
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(120)).expect("the job must stop by itself");
+    assert!(!status.success());
+    let text = read(&log);
+    let first = input.iter().position(|r| r.2 == b"poison").unwrap();
+    let (partition, offset) = (input[first].0, first / PARTITIONS as usize);
+    let named = format!("{}/{partition}@{offset}", job.input);
+    assert!(text.contains(&named), "the error must name {named}:\n{text}");
+    assert!(text.contains("dead_letter_topic"), "the error must say how to keep going:\n{text}");
+}
+
+#[test]
+fn bad_job_files_and_plugins_fail_with_errors_that_name_them() {
+    let job = job::job_dir("bad");
+    let cases: [(&str, &str); 3] = [
+        ("[source]\nbrokers = \"x\"\ntopic = \"t\"\nspeed = 3\n", "speed"),
+        ("[source]\nbrokers = \"x\"\n", "topic"),
+        (
+            "[source]\nbrokers = \"x\"\ntopic = \"t\"\n[[operators]]\nname = \"a\"\nplugin = \"missing.wasm\"\n[sink]\nbrokers = \"x\"\ntopic = \"o\"\n",
+            "missing.wasm",
+        ),
+    ];
+    for (body, named) in cases {
+        job.write(1, 100, body);
+        let output = job::weir().arg("run").arg(job.path()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "accepted:\n{body}");
+        assert!(stderr.contains(named), "error for\n{body}\ndoes not name `{named}`:\n{stderr}");
+        assert!(stderr.contains("job.toml"), "error does not name the file:\n{stderr}");
+    }
+}
+
+#[test]
+fn an_unreachable_broker_is_a_clear_error_within_seconds() {
+    let job = job::job_dir("unreachable");
+    let plugin = support::plugin("window-count");
+    job.write(
+        1,
+        100,
+        &format!(
+            "[source]\nbrokers = \"127.0.0.1:1\"\ntopic = \"t\"\n[[operators]]\nname = \"c\"\nplugin = \"{}\"\n[operators.config]\nwindow_ms = \"1000\"\n[sink]\nbrokers = \"127.0.0.1:1\"\ntopic = \"o\"\n",
+            plugin.display()
+        ),
+    );
+    let started = Instant::now();
+    let output = job::weir().arg("run").arg(job.path()).args(["--metrics-addr", "127.0.0.1:0"]).output().unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert!(stderr.contains("127.0.0.1:1") && stderr.contains("cannot reach Kafka"), "unclear error:\n{stderr}");
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
+    let (job, input) = window_count_job("corrupt", 3_000);
+    let log = log_of(&job, "first.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    let before = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).len();
+
+    {
+        let db = rocksdb::DB::open_default(job.state_dir()).expect("opening the store directly");
+        let entries: Vec<(Box<[u8]>, Box<[u8]>)> = db
+            .iterator(rocksdb::IteratorMode::Start)
+            .map(Result::unwrap)
+            .filter(|(key, _)| key.ends_with(b"op/0/0"))
+            .collect();
+        assert!(!entries.is_empty(), "no snapshot entry of op/0/0 in the store");
+        for (key, value) in entries {
+            let mut value = value.to_vec();
+            let last = value.len() - 1;
+            value[last] ^= 0xff;
+            db.put(key, value).unwrap();
+        }
+    }
+
+    let second = log_of(&job, "second.log");
+    let mut child = job::start(&job.path(), &second, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
+    assert!(!status.success());
+    let text = read(&second);
+    assert!(text.contains("corrupt") && text.contains("op/0/0"), "unclear error:\n{text}");
+    let after = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).len();
+    assert_eq!(before, after, "a refused start must write nothing");
+}

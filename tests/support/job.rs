@@ -1,0 +1,126 @@
+//! Runs the `weir` binary on a job in a temporary directory, the way a user would,
+//! and gives the tests what they need to kill, restart and stop it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct JobDir {
+    pub dir: tempfile::TempDir,
+    pub name: String,
+    pub input: String,
+    pub output: String,
+}
+
+impl JobDir {
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("job.toml")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// Writes the job file: `body` is everything after the top-level keys.
+    pub fn write(&self, parallelism: u32, checkpoint_interval_ms: u64, body: &str) {
+        let text = format!(
+            "name = \"{name}\"\nparallelism = {parallelism}\ncheckpoint_interval_ms = {checkpoint_interval_ms}\nstate_dir = \"state\"\n{body}",
+            name = self.name
+        );
+        std::fs::write(self.path(), text).expect("writing the job file");
+    }
+
+    /// A window-count job from `input` to `output`.
+    pub fn window_count(&self, parallelism: u32, checkpoint_interval_ms: u64, window_ms: u64, extra_sink: &str) {
+        let plugin = super::plugin("window-count");
+        self.write(
+            parallelism,
+            checkpoint_interval_ms,
+            &format!(
+                r#"
+[source]
+brokers = "{brokers}"
+topic = "{input}"
+
+[[operators]]
+name = "count"
+plugin = "{plugin}"
+key_by = true
+[operators.config]
+window_ms = "{window_ms}"
+
+[sink]
+brokers = "{brokers}"
+topic = "{output}"
+{extra_sink}
+"#,
+                brokers = super::brokers(),
+                input = self.input,
+                output = self.output,
+                plugin = plugin.display(),
+            ),
+        );
+    }
+}
+
+pub fn job_dir(prefix: &str) -> JobDir {
+    JobDir {
+        dir: tempfile::tempdir().expect("temp dir"),
+        name: super::unique_name(prefix),
+        input: super::unique_name(&format!("{prefix}-in")),
+        output: super::unique_name(&format!("{prefix}-out")),
+    }
+}
+
+/// The `weir` binary under test: the one cargo built, or `$WEIR_BIN` (e.g. an installed one).
+pub fn weir() -> Command {
+    Command::new(std::env::var_os("WEIR_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_weir").into()))
+}
+
+/// Starts `weir run` on the job file; its stderr goes to `log`.
+pub fn start(job: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
+    let mut command = weir();
+    command
+        .arg("run")
+        .arg(job)
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.spawn().expect("starting weir")
+}
+
+pub fn kill(child: &mut Child) {
+    // SAFETY: kill(2) on a child we own.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    child.wait().expect("reaping weir");
+}
+
+pub fn terminate(child: &mut Child, within: Duration) -> ExitStatus {
+    // SAFETY: kill(2) on a child we own.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    wait(child, within).unwrap_or_else(|| panic!("weir did not stop within {within:?} of SIGTERM"))
+}
+
+/// Waits for the child to exit, polling, for at most `within`.
+pub fn wait(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for weir") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,228 @@
+//! What the integration tests share: where the broker is, fresh topics, and reading a
+//! topic back to its end under either isolation level. Every wait has a deadline.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+pub mod clicks;
+pub mod job;
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The broker the tests run against: `scripts/kafka/kafka start` puts one on 9092.
+pub fn brokers() -> String {
+    std::env::var("WEIR_TEST_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
+}
+
+/// A name no earlier run used, so tests never see each other's records.
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+pub fn create_topic(name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("admin client");
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(WAIT));
+    let results = block_on(admin.create_topics([&topic], &options))
+        .unwrap_or_else(|e| panic!("creating topic {name} on {}: {e}; is the broker up (scripts/kafka/kafka start)?", brokers()));
+    for result in results {
+        result.unwrap_or_else(|(topic, code)| panic!("creating topic {topic}: {code}"));
+    }
+}
+
+pub fn transactional_producer(transactional_id: &str) -> BaseProducer {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("transactional.id", transactional_id)
+        .set("transaction.timeout.ms", "60000")
+        .create()
+        .expect("transactional producer");
+    producer.init_transactions(WAIT).expect("init_transactions");
+    producer
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    ReadCommitted,
+    ReadUncommitted,
+}
+
+/// One record read back: (partition, key, value).
+pub type Read = (i32, Option<Vec<u8>>, Vec<u8>);
+
+/// Reads every partition of `topic` from the beginning up to its current end, as seen
+/// at `isolation`. Under read_committed the end is reached only once no transaction on
+/// the topic is open, so callers must finish or abort theirs first.
+pub fn read_to_end(topic: &str, partitions: i32, isolation: Isolation) -> Vec<Read> {
+    let level = match isolation {
+        Isolation::ReadCommitted => "read_committed",
+        Isolation::ReadUncommitted => "read_uncommitted",
+    };
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", unique_name("reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", level)
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    let mut ends = Vec::new();
+    for partition in 0..partitions {
+        assignment
+            .add_partition_offset(topic, partition, Offset::Beginning)
+            .expect("assignment");
+        let (_, high) = consumer
+            .fetch_watermarks(topic, partition, WAIT)
+            .expect("watermarks");
+        ends.push(high);
+    }
+    consumer.assign(&assignment).expect("assign");
+    let deadline = Instant::now() + WAIT;
+    let mut records = Vec::new();
+    while !reached(&consumer, topic, &ends) {
+        assert!(
+            Instant::now() < deadline,
+            "reading {topic} ({level}) did not reach offsets {ends:?} within {WAIT:?}"
+        );
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.expect("consume");
+            records.push((
+                message.partition(),
+                message.key().map(<[u8]>::to_vec),
+                message.payload().unwrap_or_default().to_vec(),
+            ));
+        }
+    }
+    records
+}
+
+fn reached(consumer: &BaseConsumer, topic: &str, ends: &[i64]) -> bool {
+    let position = consumer.position().expect("position");
+    ends.iter().enumerate().all(|(partition, &end)| {
+        end == 0
+            || matches!(
+                position.find_partition(topic, partition as i32).map(|e| e.offset()),
+                Some(Offset::Offset(at)) if at >= end
+            )
+    })
+}
+
+/// Runs a future to completion on a small runtime: the admin API is async, tests are not.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(future)
+}
+
+/// Produces `records` as (partition, key, value, timestamp) in one transaction-free
+/// idempotent producer, and waits until every one is acknowledged.
+pub fn produce(topic: &str, records: &[(i32, Vec<u8>, Vec<u8>, i64)]) {
+    use rdkafka::producer::BaseRecord;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for (partition, key, value, timestamp) in records {
+        let mut record = BaseRecord::to(topic)
+            .partition(*partition)
+            .key(key)
+            .payload(value)
+            .timestamp(*timestamp);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => panic!("producing to {topic}: {e}"),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(WAIT).expect("flush");
+}
+
+/// The directory the example plugins are built into by `scripts/build-plugins`.
+pub fn plugins_dir() -> std::path::PathBuf {
+    std::env::var_os("WEIR_PLUGINS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"))
+}
+
+/// A built example plugin; fails (never skips) when it was not built.
+pub fn plugin(name: &str) -> std::path::PathBuf {
+    let path = plugins_dir().join(format!("{name}.wasm"));
+    assert!(path.exists(), "{} is missing: run scripts/build-plugins first", path.display());
+    path
+}
+
+/// A read_committed reader that follows a topic while a job writes it.
+pub struct Tail {
+    consumer: BaseConsumer,
+    pub records: Vec<Read>,
+}
+
+impl Tail {
+    pub fn new(topic: &str, partitions: i32) -> Tail {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", unique_name("tail"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("assignment");
+        }
+        consumer.assign(&assignment).expect("assign");
+        Tail { consumer, records: Vec::new() }
+    }
+
+    /// Reads until at least `count` records have been seen, for at most `within`.
+    pub fn until(&mut self, count: usize, within: Duration) -> bool {
+        self.read_until(count, within, || true)
+    }
+
+    /// As `until`, but gives up as soon as the job writing the topic has exited.
+    pub fn until_while(&mut self, count: usize, within: Duration, writer: &mut std::process::Child) -> bool {
+        self.read_until(count, within, || matches!(writer.try_wait(), Ok(None)))
+    }
+
+    fn read_until(&mut self, count: usize, within: Duration, mut writer_alive: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + within;
+        while self.records.len() < count {
+            if Instant::now() >= deadline || !writer_alive() {
+                return false;
+            }
+            if let Some(message) = self.consumer.poll(Duration::from_millis(100)) {
+                let message = message.expect("consume");
+                self.records.push((
+                    message.partition(),
+                    message.key().map(<[u8]>::to_vec),
+                    message.payload().unwrap_or_default().to_vec(),
+                ));
+            }
+        }
+        true
+    }
+}
