@@ -21,10 +21,12 @@ fn topics(job: &JobDir) {
 }
 
 /// Stops the job gracefully and checks the whole committed output against the reference.
-fn stop_and_compare(job: &JobDir, child: &mut std::process::Child, input: &[clicks::Input], log: &std::path::Path) {
+/// Returns what the job's metrics endpoint served just before the stop.
+fn stop_and_compare(job: &JobDir, child: &mut std::process::Child, input: &[clicks::Input], log: &std::path::Path) -> String {
     let expected = clicks::window_counts(input, WINDOW_MS);
     let mut tail = Tail::new(&job.output, PARTITIONS);
     let complete = tail.until_while(expected.len(), Duration::from_secs(180), child);
+    let metrics = scrape_metrics(log);
     let status = job::terminate(child, Duration::from_secs(60));
     let log_text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(complete, "output incomplete after 180 s ({} of {}); log:\n{log_text}", tail.records.len(), expected.len());
@@ -32,6 +34,21 @@ fn stop_and_compare(job: &JobDir, child: &mut std::process::Child, input: &[clic
     let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
     let actual = clicks::as_multiset(&committed);
     assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
+    metrics
+}
+
+/// GET /metrics from the address the job logged.
+fn scrape_metrics(log: &std::path::Path) -> String {
+    use std::io::{Read, Write};
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let Some(at) = text.rfind("metrics at http://") else { return String::new() };
+    let addr = text[at + "metrics at http://".len()..].split('/').next().unwrap_or_default().to_string();
+    let Ok(mut stream) = std::net::TcpStream::connect(&addr) else { return String::new() };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body
 }
 
 #[test]
@@ -46,9 +63,36 @@ fn window_count_commits_exactly_the_reference_output() {
 
     let log = job.dir.path().join("weir.log");
     let mut child = job::start(&job.path(), &log, &[]);
-    stop_and_compare(&job, &mut child, &input, &log);
+    let metrics = stop_and_compare(&job, &mut child, &input, &log);
     let log_text = std::fs::read_to_string(&log).unwrap();
     assert!(log_text.contains("checkpoint committed"), "no checkpoint was logged:\n{log_text}");
+    for series in [
+        "weir_records_in_total{operator=\"count\",subtask=\"0\"}",
+        "weir_records_out_total{operator=\"count\",subtask=\"1\"}",
+        "weir_last_committed_checkpoint",
+        "weir_checkpoint_duration_seconds",
+        "weir_checkpoint_size_bytes",
+        "weir_restarts_total",
+        "weir_consumer_lag",
+    ] {
+        assert!(metrics.contains(series), "metrics lack {series}:\n{metrics}");
+    }
+}
+
+#[test]
+fn at_least_once_mode_runs_the_same_pipeline_without_transactions() {
+    let job = job::job_dir("wc-alo");
+    topics(&job);
+    job.window_count(2, 200, WINDOW_MS as u64, "delivery = \"at-least-once\"");
+    let mut clicks = Clicks::new(9, PARTITIONS, 300);
+    let mut input = clicks.take(10_000);
+    input.extend(clicks.flush());
+    support::produce(&job.input, &input);
+
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    // Without failures, at-least-once delivers exactly the reference too.
+    let _ = stop_and_compare(&job, &mut child, &input, &log);
 }
 
 /// Kills at random moments: 20 by default, `WEIR_CRASH_KILLS` for a longer run.
@@ -120,7 +164,7 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
 
     let input = producer.join().expect("producer thread");
     let mut child = job::start(&job.path(), &log, &[]);
-    stop_and_compare(&job, &mut child, &input, &log);
+    let _ = stop_and_compare(&job, &mut child, &input, &log);
     eprintln!("survived {kills} random kills and 4 protocol-step kills; checked {} input records", input.len());
 }
 

@@ -336,7 +336,7 @@ impl Engine {
                     control: control_rx,
                     events: events_tx.clone(),
                     metrics: self.options.metrics.clone(),
-                    lag_reported: Instant::now(),
+                    lag_reported: None,
                 };
                 handles.push(spawn_task(scope, format!("source-{index}"), events_tx.clone(), move || task.run()));
             }

@@ -55,7 +55,7 @@ pub struct SourceTask {
     pub control: Receiver<Control>,
     pub events: Sender<Event>,
     pub metrics: Metrics,
-    pub lag_reported: std::time::Instant,
+    pub lag_reported: Option<std::time::Instant>,
 }
 
 /// A consumer for the job's input: committed data only, offsets never auto-committed.
@@ -155,10 +155,10 @@ impl SourceTask {
     /// Consumer lag per partition: one high-watermark request per partition, at most
     /// every `LAG_EVERY`, so the metric costs the hot path nothing measurable.
     fn report_lag(&mut self) {
-        if self.lag_reported.elapsed() < LAG_EVERY {
+        if self.lag_reported.is_some_and(|at| at.elapsed() < LAG_EVERY) {
             return;
         }
-        self.lag_reported = std::time::Instant::now();
+        self.lag_reported = Some(std::time::Instant::now());
         for state in self.partitions.values() {
             if let Ok((_, high)) = self.consumer.fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
                 self.metrics
