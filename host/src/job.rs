@@ -1,0 +1,665 @@
+//! The job file (`weir run <job.toml>`): what to read, which operators to run, where to write.
+//! serde + toml refuse unknown keys everywhere and report a bad value with its line; checks
+//! that span keys (operator names, plugin paths, Kafka properties weir sets) run after parsing.
+//! Relative paths resolve against the file's directory.
+//!
+//! A complete job file, with every optional key at its default unless noted:
+//!
+//! ```toml
+//! name = "clicks-per-user"        # the job id: consumer group of its committed offsets and
+//!                                 # transactional.id of its producer; [A-Za-z0-9._-], 1-200 chars
+//! parallelism = 2                 # subtasks per operator, 1..=64
+//! checkpoint_interval_ms = 1000   # 10..=600000, and at most half the sink's transaction.timeout.ms
+//! state_dir = "state"             # the checkpoint store; relative to this file's directory
+//!
+//! [source]
+//! brokers = "127.0.0.1:9092"
+//! topic = "clicks"
+//! start = "earliest"              # earliest | latest: where to start when no checkpoint was committed
+//! max_out_of_orderness_ms = 0     # watermark = max event time seen - this; at most 7 days
+//! [source.kafka]                  # optional librdkafka consumer properties, passed through
+//! "fetch.min.bytes" = 1           # quote names that contain dots
+//!
+//! [[operators]]                   # the chain, in order; at least one
+//! name = "count"                  # unique in the job; [A-Za-z0-9._-], 1-64 chars
+//! plugin = "plugins/window-count.wasm"   # relative to this file's directory
+//! key_by = true                   # route records to subtasks by key (default false)
+//! memory_limit_mb = 64            # the plugin's linear memory cap, 1..=4096
+//! call_timeout_ms = 1000          # the CPU deadline of one call into the plugin, 1..=600000
+//! [operators.config]              # optional, handed to the plugin's init as strings
+//! window_ms = 10000               # integers, floats and booleans become strings
+//!
+//! [sink]
+//! brokers = "127.0.0.1:9092"
+//! topic = "counts"
+//! delivery = "exactly-once"       # exactly-once | at-least-once
+//! dead_letter_topic = "clicks-dlq"   # optional: where poison records go instead of stopping the job
+//! [sink.kafka]                    # optional librdkafka producer properties, passed through
+//!
+//! [restarts]                      # optional: in-process restarts after a task fails
+//! max = 5                         # more than this many restarts within window_ms: exit non-zero
+//! window_ms = 600000
+//! backoff_initial_ms = 500        # the first restart's delay, doubled each time up to backoff_max_ms
+//! backoff_max_ms = 30000
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+
+/// Largest parallelism: subtasks per operator.
+pub const MAX_PARALLELISM: u32 = 64;
+/// Checkpoint interval bounds, in milliseconds.
+pub const MIN_CHECKPOINT_INTERVAL_MS: u64 = 10;
+pub const MAX_CHECKPOINT_INTERVAL_MS: u64 = 600_000;
+/// librdkafka's `transaction.timeout.ms` when `[sink.kafka]` does not set it.
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+/// Largest allowed out-of-orderness: 7 days.
+pub const MAX_OUT_OF_ORDERNESS_MS: u64 = 7 * 24 * 3600 * 1000;
+/// Largest number of operators in the chain.
+pub const MAX_OPERATORS: usize = 64;
+/// Largest number of entries in one `[...kafka]` or `[operators.config]` table.
+pub const MAX_MAP_ENTRIES: usize = 1024;
+/// Longest value in one `[...kafka]` or `[operators.config]` table, in bytes.
+pub const MAX_MAP_VALUE_BYTES: usize = 64 * 1024;
+
+const MAX_JOB_NAME_CHARS: usize = 200;
+const MAX_OPERATOR_NAME_CHARS: usize = 64;
+const MAX_TOPIC_CHARS: usize = 249;
+
+/// A parsed and checked job file. Paths are absolute.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// The job id: consumer group of its committed offsets and `transactional.id` of its
+    /// producer, so renaming a job starts it over.
+    #[serde(deserialize_with = "job_name")]
+    pub name: String,
+    /// Subtasks per operator, `1..=MAX_PARALLELISM`.
+    #[serde(deserialize_with = "parallelism")]
+    pub parallelism: u32,
+    #[serde(deserialize_with = "checkpoint_interval_ms")]
+    pub checkpoint_interval_ms: u64,
+    /// The checkpoint store's directory.
+    pub state_dir: PathBuf,
+    pub source: Source,
+    /// The operator chain, in order; never empty.
+    #[serde(deserialize_with = "operators")]
+    pub operators: Vec<Operator>,
+    pub sink: Sink,
+    #[serde(default)]
+    pub restarts: Restarts,
+}
+
+/// `[source]`: the Kafka topic the job reads.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    #[serde(deserialize_with = "brokers")]
+    pub brokers: String,
+    #[serde(deserialize_with = "topic")]
+    pub topic: String,
+    /// Where to start when Kafka holds no committed checkpoint for this job.
+    #[serde(default)]
+    pub start: Start,
+    #[serde(default, deserialize_with = "out_of_orderness_ms")]
+    pub max_out_of_orderness_ms: u64,
+    /// librdkafka consumer properties, passed through (minus those in `RESERVED_SOURCE_KAFKA`).
+    #[serde(default, deserialize_with = "string_map")]
+    pub kafka: BTreeMap<String, String>,
+}
+
+/// `[source] start`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Start {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+/// One `[[operators]]` entry: a Wasm component and its settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Operator {
+    #[serde(deserialize_with = "operator_name")]
+    pub name: String,
+    /// The component file, absolute once loaded; it exists when `load`/`parse` return.
+    pub plugin: PathBuf,
+    /// Route each record to subtask `hash(key) mod parallelism` rather than keep it local.
+    #[serde(default)]
+    pub key_by: bool,
+    #[serde(
+        default = "default_memory_limit_mb",
+        deserialize_with = "memory_limit_mb"
+    )]
+    pub memory_limit_mb: u32,
+    #[serde(
+        default = "default_call_timeout_ms",
+        deserialize_with = "call_timeout_ms"
+    )]
+    pub call_timeout_ms: u64,
+    /// Handed to the plugin's `init`.
+    #[serde(default, deserialize_with = "string_map")]
+    pub config: BTreeMap<String, String>,
+}
+
+/// `[sink]`: the Kafka topic the job writes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sink {
+    #[serde(deserialize_with = "brokers")]
+    pub brokers: String,
+    #[serde(deserialize_with = "topic")]
+    pub topic: String,
+    #[serde(default)]
+    pub delivery: Delivery,
+    #[serde(default, deserialize_with = "optional_topic")]
+    pub dead_letter_topic: Option<String>,
+    /// librdkafka producer properties, passed through (minus those in `RESERVED_SINK_KAFKA`).
+    #[serde(default, deserialize_with = "string_map")]
+    pub kafka: BTreeMap<String, String>,
+}
+
+/// `[sink] delivery`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    /// Output is written in one Kafka transaction per checkpoint, committed with the offsets.
+    #[default]
+    ExactlyOnce,
+    /// No transactions: after a failure, output since the last checkpoint is written again.
+    AtLeastOnce,
+}
+
+/// `[restarts]`: how a failed task restarts the job in-process (DESIGN §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Restarts {
+    /// More than this many restarts within `window_ms` stops the job with an error.
+    #[serde(default = "default_restarts_max")]
+    pub max: u32,
+    #[serde(default = "default_restarts_window_ms")]
+    pub window_ms: u64,
+    #[serde(default = "default_backoff_initial_ms")]
+    pub backoff_initial_ms: u64,
+    #[serde(default = "default_backoff_max_ms")]
+    pub backoff_max_ms: u64,
+}
+
+impl Default for Restarts {
+    fn default() -> Self {
+        Restarts {
+            max: default_restarts_max(),
+            window_ms: default_restarts_window_ms(),
+            backoff_initial_ms: default_backoff_initial_ms(),
+            backoff_max_ms: default_backoff_max_ms(),
+        }
+    }
+}
+
+/// `[source.kafka]` properties weir sets itself, and why.
+pub const RESERVED_SOURCE_KAFKA: &[(&str, &str)] = &[
+    ("bootstrap.servers", "weir sets it from [source] brokers"),
+    ("metadata.broker.list", "weir sets it from [source] brokers"),
+    (
+        "group.id",
+        "weir sets it to the job's name, whose committed offsets name its checkpoint",
+    ),
+    (
+        "enable.auto.commit",
+        "weir commits offsets only inside its checkpoint transactions",
+    ),
+    (
+        "enable.auto.offset.store",
+        "weir commits offsets only inside its checkpoint transactions",
+    ),
+    (
+        "isolation.level",
+        "exactly-once needs read_committed, which weir sets",
+    ),
+    ("auto.offset.reset", "weir sets it from [source] start"),
+    (
+        "transactional.id",
+        "weir sets its producer's transactional.id to the job's name",
+    ),
+];
+
+/// `[sink.kafka]` properties weir sets itself, and why.
+pub const RESERVED_SINK_KAFKA: &[(&str, &str)] = &[
+    ("bootstrap.servers", "weir sets it from [sink] brokers"),
+    ("metadata.broker.list", "weir sets it from [sink] brokers"),
+    (
+        "transactional.id",
+        "weir sets it to the job's name, which fences zombie instances",
+    ),
+    (
+        "enable.idempotence",
+        "weir sets it: transactions and ordered retries need it",
+    ),
+    (
+        "acks",
+        "weir sets acks=all, without which a committed record can be lost",
+    ),
+    (
+        "request.required.acks",
+        "weir sets acks=all, without which a committed record can be lost",
+    ),
+];
+
+/// A job file that cannot be used: names the file, then what is wrong and what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("job file {}: {kind}", file.display())]
+pub struct JobError {
+    /// The job file, or `<job text>` for `parse`.
+    pub file: PathBuf,
+    pub kind: JobErrorKind,
+}
+
+/// What is wrong with a job file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobErrorKind {
+    #[error("cannot read it: {0}")]
+    Read(#[source] std::io::Error),
+    /// Syntax, unknown or missing keys, values of the wrong type or out of range; toml's message
+    /// gives the line and column.
+    #[error("{0}")]
+    Parse(#[source] toml::de::Error),
+    #[error("two operators are named `{name}`; give each [[operators]] entry a unique name")]
+    DuplicateOperator { name: String },
+    #[error(
+        "operator `{operator}`: plugin {path} {problem} (plugin paths are relative to the job \
+         file's directory); build the plugin or fix `plugin`",
+        path = .path.display()
+    )]
+    Plugin {
+        operator: String,
+        path: PathBuf,
+        problem: &'static str,
+    },
+    #[error("[{table}] `{key}` cannot be set in the job file: {why}; remove it")]
+    ReservedKafkaProperty {
+        table: &'static str,
+        key: String,
+        why: &'static str,
+    },
+    #[error("[sink.kafka] `transaction.timeout.ms` = {value:?} is not a number of milliseconds")]
+    TransactionTimeout { value: String },
+    #[error(
+        "checkpoint_interval_ms = {interval_ms} is more than half the sink's \
+         transaction.timeout.ms ({timeout_ms}{default}): a transaction stays open for about a \
+         checkpoint interval, and one that times out aborts the checkpoint; lower \
+         checkpoint_interval_ms or raise [sink.kafka] \"transaction.timeout.ms\"",
+        default = if *.defaulted { ", librdkafka's default" } else { "" }
+    )]
+    CheckpointIntervalTooLong {
+        interval_ms: u64,
+        timeout_ms: u64,
+        defaulted: bool,
+    },
+    #[error("{what} is `{topic}`, the topic the job reads: {why}; use another topic")]
+    TopicLoop {
+        what: &'static str,
+        topic: String,
+        why: &'static str,
+    },
+    #[error("[restarts] backoff_initial_ms = {initial} is more than backoff_max_ms = {max}")]
+    Backoff { initial: u64, max: u64 },
+}
+
+impl Job {
+    /// Time between checkpoints.
+    pub fn checkpoint_interval(&self) -> Duration {
+        Duration::from_millis(self.checkpoint_interval_ms)
+    }
+}
+
+impl Source {
+    pub fn max_out_of_orderness(&self) -> Duration {
+        Duration::from_millis(self.max_out_of_orderness_ms)
+    }
+}
+
+impl Operator {
+    /// The plugin's linear memory cap in bytes.
+    pub fn memory_limit_bytes(&self) -> usize {
+        self.memory_limit_mb as usize * 1024 * 1024
+    }
+
+    /// The CPU deadline of one call into the plugin.
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+}
+
+/// Reads and checks the job file at `path`; relative paths in it resolve against its directory.
+pub fn load(path: &Path) -> Result<Job, JobError> {
+    let error = |kind| JobError {
+        file: path.to_owned(),
+        kind,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| error(JobErrorKind::Read(e)))?;
+    let base = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let base = std::path::absolute(base).map_err(|e| error(JobErrorKind::Read(e)))?;
+    parse_at(&text, &base).map_err(error)
+}
+
+/// Parses and checks job file text as if the file were in `base_dir`.
+pub fn parse(text: &str, base_dir: &Path) -> Result<Job, JobError> {
+    let error = |kind| JobError {
+        file: PathBuf::from("<job text>"),
+        kind,
+    };
+    let base = std::path::absolute(base_dir).map_err(|e| error(JobErrorKind::Read(e)))?;
+    parse_at(text, &base).map_err(error)
+}
+
+fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
+    let mut job: Job = toml::from_str(text).map_err(JobErrorKind::Parse)?;
+    job.state_dir = base.join(&job.state_dir);
+
+    let mut names = BTreeSet::new();
+    for operator in &mut job.operators {
+        if !names.insert(operator.name.clone()) {
+            return Err(JobErrorKind::DuplicateOperator {
+                name: operator.name.clone(),
+            });
+        }
+        operator.plugin = base.join(&operator.plugin);
+        let problem = match std::fs::metadata(&operator.plugin) {
+            Ok(meta) if meta.is_file() => None,
+            Ok(_) => Some("is not a file"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist"),
+            Err(_) => Some("cannot be read"),
+        };
+        if let Some(problem) = problem {
+            return Err(JobErrorKind::Plugin {
+                operator: operator.name.clone(),
+                path: operator.plugin.clone(),
+                problem,
+            });
+        }
+    }
+
+    reject_reserved("source.kafka", &job.source.kafka, RESERVED_SOURCE_KAFKA)?;
+    reject_reserved("sink.kafka", &job.sink.kafka, RESERVED_SINK_KAFKA)?;
+
+    if job.sink.delivery == Delivery::ExactlyOnce {
+        let (timeout_ms, defaulted) = match job.sink.kafka.get("transaction.timeout.ms") {
+            Some(value) => (
+                value
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| JobErrorKind::TransactionTimeout {
+                        value: value.clone(),
+                    })?,
+                false,
+            ),
+            None => (DEFAULT_TRANSACTION_TIMEOUT_MS, true),
+        };
+        if job.checkpoint_interval_ms > timeout_ms / 2 {
+            return Err(JobErrorKind::CheckpointIntervalTooLong {
+                interval_ms: job.checkpoint_interval_ms,
+                timeout_ms,
+                defaulted,
+            });
+        }
+    }
+
+    let same_cluster = job.source.brokers == job.sink.brokers;
+    if same_cluster && job.sink.topic == job.source.topic {
+        return Err(JobErrorKind::TopicLoop {
+            what: "[sink] topic",
+            topic: job.sink.topic.clone(),
+            why: "the job would read its own output forever",
+        });
+    }
+    if same_cluster && job.sink.dead_letter_topic.as_deref() == Some(job.source.topic.as_str()) {
+        return Err(JobErrorKind::TopicLoop {
+            what: "[sink] dead_letter_topic",
+            topic: job.source.topic.clone(),
+            why: "a poison record would come back to poison the job again",
+        });
+    }
+
+    if job.restarts.backoff_initial_ms > job.restarts.backoff_max_ms {
+        return Err(JobErrorKind::Backoff {
+            initial: job.restarts.backoff_initial_ms,
+            max: job.restarts.backoff_max_ms,
+        });
+    }
+    Ok(job)
+}
+
+fn reject_reserved(
+    table: &'static str,
+    properties: &BTreeMap<String, String>,
+    reserved: &[(&str, &'static str)],
+) -> Result<(), JobErrorKind> {
+    for key in properties.keys() {
+        if let Some((_, why)) = reserved.iter().find(|(name, _)| name == key) {
+            return Err(JobErrorKind::ReservedKafkaProperty {
+                table,
+                key: key.clone(),
+                why,
+            });
+        }
+    }
+    Ok(())
+}
+
+// Field checks. Each runs inside deserialization, so toml reports the value's line and column.
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+fn checked_name<E: de::Error>(what: &str, value: String, max: usize) -> Result<String, E> {
+    if value.is_empty() {
+        return Err(E::custom(format!("{what} is empty")));
+    }
+    if value.chars().count() > max {
+        return Err(E::custom(format!(
+            "{what} `{value}` is longer than {max} characters"
+        )));
+    }
+    if let Some(c) = value.chars().find(|&c| !is_name_char(c)) {
+        return Err(E::custom(format!(
+            "{what} `{value}` contains {c:?}; use only letters, digits, '.', '_' and '-'"
+        )));
+    }
+    Ok(value)
+}
+
+fn in_range<E: de::Error, T: PartialOrd + fmt::Display>(
+    key: &str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<T, E> {
+    if value < min || value > max {
+        return Err(E::custom(format!(
+            "{key} = {value} is out of range; use {min}..={max}"
+        )));
+    }
+    Ok(value)
+}
+
+fn job_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    checked_name("job name", String::deserialize(d)?, MAX_JOB_NAME_CHARS)
+}
+
+fn operator_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    checked_name(
+        "operator name",
+        String::deserialize(d)?,
+        MAX_OPERATOR_NAME_CHARS,
+    )
+}
+
+fn topic<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let topic = checked_name("topic", String::deserialize(d)?, MAX_TOPIC_CHARS)?;
+    if topic == "." || topic == ".." {
+        return Err(de::Error::custom(format!(
+            "topic `{topic}` is not a legal Kafka topic name"
+        )));
+    }
+    Ok(topic)
+}
+
+fn optional_topic<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    topic(d).map(Some)
+}
+
+fn brokers<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let brokers = String::deserialize(d)?;
+    if brokers.trim().is_empty() {
+        return Err(de::Error::custom(
+            "brokers is empty; give host:port[,host:port...]",
+        ));
+    }
+    Ok(brokers)
+}
+
+fn parallelism<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    in_range("parallelism", u32::deserialize(d)?, 1, MAX_PARALLELISM)
+}
+
+fn checkpoint_interval_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(
+        "checkpoint_interval_ms",
+        u64::deserialize(d)?,
+        MIN_CHECKPOINT_INTERVAL_MS,
+        MAX_CHECKPOINT_INTERVAL_MS,
+    )
+}
+
+fn out_of_orderness_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(
+        "max_out_of_orderness_ms",
+        u64::deserialize(d)?,
+        0,
+        MAX_OUT_OF_ORDERNESS_MS,
+    )
+}
+
+fn memory_limit_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    // A wasm32 linear memory cannot exceed 4 GiB.
+    in_range("memory_limit_mb", u32::deserialize(d)?, 1, 4096)
+}
+
+fn call_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range("call_timeout_ms", u64::deserialize(d)?, 1, 600_000)
+}
+
+fn operators<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Operator>, D::Error> {
+    let operators = Vec::<Operator>::deserialize(d)?;
+    if operators.is_empty() {
+        return Err(de::Error::custom(
+            "operators is empty; a job needs at least one [[operators]]",
+        ));
+    }
+    if operators.len() > MAX_OPERATORS {
+        return Err(de::Error::custom(format!(
+            "{} operators is more than {MAX_OPERATORS}",
+            operators.len()
+        )));
+    }
+    Ok(operators)
+}
+
+fn default_memory_limit_mb() -> u32 {
+    64
+}
+fn default_call_timeout_ms() -> u64 {
+    1000
+}
+fn default_restarts_max() -> u32 {
+    5
+}
+fn default_restarts_window_ms() -> u64 {
+    600_000
+}
+fn default_backoff_initial_ms() -> u64 {
+    500
+}
+fn default_backoff_max_ms() -> u64 {
+    30_000
+}
+
+/// A table of string values that also takes TOML integers, floats and booleans, since users
+/// write `window_ms = 10000` and `"fetch.min.bytes" = 1`.
+fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    struct MapVisitor;
+    impl<'de> Visitor<'de> for MapVisitor {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a table of strings, numbers or booleans")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+            let mut map = BTreeMap::new();
+            while let Some((key, ScalarString(value))) =
+                access.next_entry::<String, ScalarString>()?
+            {
+                if map.len() >= MAX_MAP_ENTRIES {
+                    return Err(de::Error::custom(format!(
+                        "the table has more than {MAX_MAP_ENTRIES} entries"
+                    )));
+                }
+                if value.len() > MAX_MAP_VALUE_BYTES {
+                    return Err(de::Error::custom(format!(
+                        "`{key}` is {} bytes long, over the limit of {MAX_MAP_VALUE_BYTES}",
+                        value.len()
+                    )));
+                }
+                map.insert(key, value);
+            }
+            Ok(map)
+        }
+    }
+    d.deserialize_map(MapVisitor)
+}
+
+struct ScalarString(String);
+
+impl<'de> Deserialize<'de> for ScalarString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ScalarVisitor;
+        impl Visitor<'_> for ScalarVisitor {
+            type Value = ScalarString;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a string, number or boolean (a key that contains dots must be quoted, \
+                     as in \"fetch.min.bytes\" = 1)",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ScalarString, E> {
+                Ok(ScalarString(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<ScalarString, E> {
+                Ok(ScalarString(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ScalarString, E> {
+                Ok(ScalarString(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ScalarString, E> {
+                Ok(ScalarString(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<ScalarString, E> {
+                Ok(ScalarString(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<ScalarString, E> {
+                Ok(ScalarString(v.to_string()))
+            }
+        }
+        d.deserialize_any(ScalarVisitor)
+    }
+}

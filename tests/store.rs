@@ -1,0 +1,585 @@
+//! The checkpoint store on a real RocksDB in a temporary directory: what is sealed loads back
+//! exactly, damage is reported naming the task, a held directory is refused, and pruning,
+//! discarding, copying and sharing a directory between jobs keep checkpoints apart.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use weir::checkpoint::store::{CheckpointStore, StoreError};
+
+const JOB: &str = "clicks-per-user";
+/// Set in a child process started by a test: what the child does (see `child_process_entry`).
+const CHILD_ENV: &str = "WEIR_STORE_TEST_CHILD";
+const CHILD_DEADLINE: Duration = Duration::from_secs(60);
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("create a temporary directory")
+}
+
+fn open(dir: &Path) -> CheckpointStore {
+    CheckpointStore::open(dir, JOB).expect("open the checkpoint store")
+}
+
+/// Puts `tasks` (name, bytes) into checkpoint `n` and seals it with `meta`.
+fn write_checkpoint(store: &CheckpointStore, n: u64, tasks: &[(&str, &[u8])], meta: &[u8]) -> u64 {
+    for (task, bytes) in tasks {
+        store.put(n, task, bytes).expect("put a snapshot");
+    }
+    let names: Vec<&str> = tasks.iter().map(|(task, _)| *task).collect();
+    store.seal(n, &names, meta).expect("seal the checkpoint")
+}
+
+fn three_tasks(n: u64) -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        (
+            "source/0",
+            format!("offsets of checkpoint {n}").into_bytes(),
+        ),
+        ("op/1/0", vec![n as u8; 10_000]),
+        ("op/1/1", Vec::new()),
+    ]
+}
+
+fn write_three(store: &CheckpointStore, n: u64) {
+    let tasks = three_tasks(n);
+    let refs: Vec<(&str, &[u8])> = tasks.iter().map(|(t, b)| (*t, b.as_slice())).collect();
+    write_checkpoint(store, n, &refs, format!("meta {n}").as_bytes());
+}
+
+fn assert_three(store: &CheckpointStore, n: u64) {
+    let loaded = store.load(n).expect("load the checkpoint");
+    assert_eq!(loaded.n, n);
+    assert_eq!(loaded.meta, format!("meta {n}").into_bytes());
+    let expected: Vec<(String, Vec<u8>)> = three_tasks(n)
+        .into_iter()
+        .map(|(t, b)| (t.to_owned(), b))
+        .collect();
+    let found: Vec<(String, Vec<u8>)> = loaded.tasks.into_iter().collect();
+    let mut expected_sorted = expected;
+    expected_sorted.sort();
+    assert_eq!(found, expected_sorted);
+}
+
+/// Rewrites the one raw RocksDB value whose key ends with `task`, with the store closed.
+fn tamper(dir: &Path, task: &str, change: impl FnOnce(&mut Vec<u8>)) {
+    let db = rocksdb::DB::open_default(dir).expect("open the store's RocksDB directly");
+    let keys: Vec<Box<[u8]>> = db
+        .iterator(rocksdb::IteratorMode::Start)
+        .map(|item| item.expect("iterate").0)
+        .filter(|key| key.ends_with(task.as_bytes()))
+        .collect();
+    assert_eq!(keys.len(), 1, "exactly one key ends with {task}");
+    let mut value = db.get(&keys[0]).expect("get").expect("the value exists");
+    change(&mut value);
+    db.put(&keys[0], value).expect("put the tampered value");
+}
+
+fn delete_raw(dir: &Path, task: &str) {
+    let db = rocksdb::DB::open_default(dir).expect("open the store's RocksDB directly");
+    let key = db
+        .iterator(rocksdb::IteratorMode::Start)
+        .map(|item| item.expect("iterate").0)
+        .find(|key| key.ends_with(task.as_bytes()))
+        .expect("the task's key exists");
+    db.delete(key).expect("delete the entry");
+}
+
+#[test]
+fn round_trip() {
+    let tmp = temp_dir();
+    let store = open(tmp.path());
+    let tasks = three_tasks(5);
+    let refs: Vec<(&str, &[u8])> = tasks.iter().map(|(t, b)| (*t, b.as_slice())).collect();
+    let total = write_checkpoint(&store, 5, &refs, b"meta 5");
+    assert_eq!(
+        total,
+        tasks.iter().map(|(_, b)| b.len() as u64).sum::<u64>()
+    );
+    assert_three(&store, 5);
+    assert_eq!(store.sealed().unwrap(), vec![5]);
+
+    // It survives a close and reopen.
+    drop(store);
+    let store = open(tmp.path());
+    assert_three(&store, 5);
+    assert_eq!(store.sealed().unwrap(), vec![5]);
+}
+
+#[test]
+fn only_the_tasks_listed_in_seal_are_loaded_and_the_last_put_wins() {
+    let tmp = temp_dir();
+    let store = open(tmp.path());
+    store.put(1, "op/1/0", b"first").unwrap();
+    store.put(1, "op/1/0", b"second").unwrap();
+    store.put(1, "op/2/0", b"left out").unwrap();
+    assert_eq!(store.seal(1, &["op/1/0"], b"").unwrap(), 6);
+    let loaded = store.load(1).unwrap();
+    assert_eq!(loaded.tasks.len(), 1);
+    assert_eq!(loaded.tasks["op/1/0"], b"second");
+}
+
+#[test]
+fn missing_checkpoint_refuses_to_start_from_scratch() {
+    let tmp = temp_dir();
+    let store = open(tmp.path());
+    // Put but never sealed is as good as absent.
+    store.put(7, "source/0", b"not sealed").unwrap();
+    let error = store.load(7).expect_err("checkpoint 7 was never sealed");
+    assert!(
+        matches!(error, StoreError::Missing { n: 7, .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    for part in [
+        "checkpoint 7",
+        JOB,
+        &tmp.path().display().to_string(),
+        "refuses to start from scratch silently",
+        "Restore the state_dir",
+        "reset the job's committed offsets",
+    ] {
+        assert!(message.contains(part), "`{part}` not in: {message}");
+    }
+    assert!(store.sealed().unwrap().is_empty());
+}
+
+#[test]
+fn flipped_byte_is_corrupt_naming_the_task() {
+    let tmp = temp_dir();
+    write_three(&open(tmp.path()), 3);
+    tamper(tmp.path(), "op/1/0", |value| {
+        let last = value.len() - 1;
+        value[last] ^= 0x01;
+    });
+    let error = open(tmp.path()).load(3).expect_err("the entry was damaged");
+    match &error {
+        StoreError::Corrupt {
+            n: 3,
+            task: Some(task),
+            ..
+        } => assert_eq!(task, "op/1/0"),
+        other => panic!("expected Corrupt naming op/1/0, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(message.contains("task `op/1/0`"), "{message}");
+    assert!(message.contains("checksum mismatch"), "{message}");
+    assert!(
+        message.contains(&tmp.path().display().to_string()),
+        "{message}"
+    );
+}
+
+#[test]
+fn truncated_entry_is_corrupt_naming_the_task() {
+    let tmp = temp_dir();
+    write_three(&open(tmp.path()), 3);
+    tamper(tmp.path(), "source/0", |value| {
+        value.truncate(value.len() - 3);
+    });
+    let error = open(tmp.path())
+        .load(3)
+        .expect_err("the entry was truncated");
+    assert!(
+        matches!(&error, StoreError::Corrupt { task: Some(task), .. } if task == "source/0"),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("bytes but"), "{error}");
+}
+
+#[test]
+fn manifest_listing_an_absent_entry_is_corrupt() {
+    let tmp = temp_dir();
+    write_three(&open(tmp.path()), 3);
+    delete_raw(tmp.path(), "op/1/1");
+    let error = open(tmp.path()).load(3).expect_err("an entry is gone");
+    assert!(
+        matches!(&error, StoreError::Corrupt { task: Some(task), .. } if task == "op/1/1"),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("entry is absent"), "{error}");
+}
+
+#[test]
+fn damaged_manifest_is_corrupt() {
+    let tmp = temp_dir();
+    write_three(&open(tmp.path()), 3);
+    let db = rocksdb::DB::open_default(tmp.path()).unwrap();
+    // The manifest is the value that mentions the job in its JSON.
+    let key = db
+        .iterator(rocksdb::IteratorMode::Start)
+        .map(|item| item.unwrap())
+        .find(|(_, value)| value.windows(JOB.len()).any(|w| w == JOB.as_bytes()))
+        .expect("the manifest exists")
+        .0;
+    let mut value = db.get(&key).unwrap().unwrap();
+    value[20] ^= 0xff;
+    db.put(&key, value).unwrap();
+    drop(db);
+    let error = open(tmp.path())
+        .load(3)
+        .expect_err("the manifest was damaged");
+    assert!(
+        matches!(&error, StoreError::Corrupt { task: None, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("its manifest"), "{error}");
+}
+
+#[test]
+fn seal_of_a_task_never_put_and_put_into_a_sealed_checkpoint_are_refused() {
+    let tmp = temp_dir();
+    let store = open(tmp.path());
+    store.put(1, "op/1/0", b"x").unwrap();
+    let error = store
+        .seal(1, &["op/1/0", "op/1/1"], b"")
+        .expect_err("op/1/1 was never put");
+    assert!(
+        matches!(&error, StoreError::NotPut { n: 1, task, .. } if task == "op/1/1"),
+        "{error:?}"
+    );
+    assert!(matches!(store.load(1), Err(StoreError::Missing { .. })));
+
+    store.seal(1, &["op/1/0"], b"").unwrap();
+    let error = store
+        .put(1, "op/1/0", b"y")
+        .expect_err("checkpoint 1 is sealed");
+    assert!(
+        matches!(error, StoreError::AlreadySealed { n: 1, .. }),
+        "{error:?}"
+    );
+    assert_eq!(store.load(1).unwrap().tasks["op/1/0"], b"x");
+}
+
+#[test]
+fn second_open_in_the_same_process_is_locked() {
+    let tmp = temp_dir();
+    let _first = open(tmp.path());
+    let error = CheckpointStore::open(tmp.path(), JOB).expect_err("the store is already open");
+    assert!(matches!(error, StoreError::Locked { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("is in use by another weir process"),
+        "{message}"
+    );
+    assert!(message.contains("use another state_dir"), "{message}");
+    assert!(
+        message.contains(&tmp.path().display().to_string()),
+        "{message}"
+    );
+}
+
+#[test]
+fn open_while_another_process_holds_the_store_is_locked() {
+    let tmp = temp_dir();
+    let mut child = spawn_child(&format!("hold:{}", tmp.path().display()), Stdio::piped());
+    let stdout = child.stdout.take().expect("child stdout");
+    wait_for_line(stdout, "WEIR-CHILD-OPENED");
+
+    let error = CheckpointStore::open(tmp.path(), JOB).expect_err("the child holds the store");
+    assert!(matches!(error, StoreError::Locked { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("in use by another weir process"),
+        "{error}"
+    );
+
+    // Closing the child's stdin lets it exit; then the directory is free again.
+    drop(child.stdin.take());
+    let status = wait_with_deadline(&mut child);
+    assert!(status.success(), "child exited with {status}");
+    assert_three(&open(tmp.path()), 1);
+}
+
+#[test]
+fn sealed_checkpoint_survives_a_crash_right_after_seal() {
+    let tmp = temp_dir();
+    let mut child = spawn_child(&format!("crash:{}", tmp.path().display()), Stdio::null());
+    let status = wait_with_deadline(&mut child);
+    assert!(
+        !status.success(),
+        "the child aborts after sealing, got {status}"
+    );
+    let store = open(tmp.path());
+    assert_eq!(store.sealed().unwrap(), vec![1]);
+    assert_three(&store, 1);
+}
+
+#[test]
+fn prune_before_and_discard_after() {
+    let tmp = temp_dir();
+    let store = open(tmp.path());
+    for n in 1..=6 {
+        write_three(&store, n);
+    }
+    store.put(7, "source/0", b"unsealed").unwrap();
+    assert_eq!(store.sealed().unwrap(), vec![1, 2, 3, 4, 5, 6]);
+
+    store.prune_before(3).unwrap();
+    assert_eq!(store.sealed().unwrap(), vec![3, 4, 5, 6]);
+    assert!(matches!(
+        store.load(2),
+        Err(StoreError::Missing { n: 2, .. })
+    ));
+    assert_three(&store, 3);
+
+    store.discard_after(4).unwrap();
+    assert_eq!(store.sealed().unwrap(), vec![3, 4]);
+    assert!(matches!(
+        store.load(5),
+        Err(StoreError::Missing { n: 5, .. })
+    ));
+    // The unsealed leftover of 7 is gone too: sealing it now finds nothing put.
+    assert!(matches!(
+        store.seal(7, &["source/0"], b""),
+        Err(StoreError::NotPut { .. })
+    ));
+    assert_three(&store, 4);
+
+    // A discarded id can be written again from scratch.
+    write_three(&store, 5);
+    assert_eq!(store.sealed().unwrap(), vec![3, 4, 5]);
+    assert_three(&store, 5);
+
+    // Both survive a reopen.
+    drop(store);
+    let store = open(tmp.path());
+    assert_eq!(store.sealed().unwrap(), vec![3, 4, 5]);
+    store.discard_after(u64::MAX).unwrap();
+    store.prune_before(0).unwrap();
+    assert_eq!(store.sealed().unwrap(), vec![3, 4, 5]);
+}
+
+#[test]
+fn copy_to_yields_a_store_that_loads_the_same_checkpoint() {
+    let tmp = temp_dir();
+    let store = open(tmp.path().join("a").as_path());
+    write_three(&store, 8);
+    write_three(&store, 9);
+    let dest = tmp.path().join("copy");
+    store.copy_to(&dest).expect("copy the store");
+    // The original is still usable and independent of the copy.
+    store.prune_before(9).unwrap();
+    drop(store);
+
+    let copy = open(&dest);
+    assert_eq!(copy.sealed().unwrap(), vec![8, 9]);
+    assert_three(&copy, 8);
+    assert_three(&copy, 9);
+
+    let error = copy.copy_to(&dest).expect_err("dest exists");
+    assert!(matches!(error, StoreError::CopyTarget { .. }), "{error:?}");
+    assert!(error.to_string().contains("already exists"), "{error}");
+}
+
+#[test]
+fn checkpoints_of_two_jobs_in_one_store_do_not_mix() {
+    let tmp = temp_dir();
+    // One name a prefix of the other: the key's length byte keeps them apart.
+    let a = CheckpointStore::open(tmp.path(), "clicks").unwrap();
+    a.put(1, "op/1/0", b"job clicks").unwrap();
+    a.seal(1, &["op/1/0"], b"clicks").unwrap();
+    a.put(2, "op/1/0", b"job clicks 2").unwrap();
+    a.seal(2, &["op/1/0"], b"clicks").unwrap();
+    drop(a);
+
+    let b = CheckpointStore::open(tmp.path(), "clicks-2").unwrap();
+    assert!(b.sealed().unwrap().is_empty());
+    assert!(matches!(b.load(1), Err(StoreError::Missing { .. })));
+    b.put(1, "op/1/0", b"job clicks-2").unwrap();
+    b.seal(1, &["op/1/0"], b"clicks-2").unwrap();
+    b.put(5, "op/1/0", b"job clicks-2, 5").unwrap();
+    b.seal(5, &["op/1/0"], b"clicks-2").unwrap();
+    b.prune_before(5).unwrap();
+    b.discard_after(5).unwrap();
+    assert_eq!(b.sealed().unwrap(), vec![5]);
+    drop(b);
+
+    let a = CheckpointStore::open(tmp.path(), "clicks").unwrap();
+    assert_eq!(a.sealed().unwrap(), vec![1, 2]);
+    assert_eq!(a.load(1).unwrap().tasks["op/1/0"], b"job clicks");
+    assert_eq!(a.load(1).unwrap().meta, b"clicks");
+    a.discard_after(0).unwrap();
+    assert!(a.sealed().unwrap().is_empty());
+    drop(a);
+
+    let b = CheckpointStore::open(tmp.path(), "clicks-2").unwrap();
+    assert_eq!(b.load(5).unwrap().tasks["op/1/0"], b"job clicks-2, 5");
+}
+
+#[test]
+fn puts_from_many_threads_share_one_store() {
+    let tmp = temp_dir();
+    let store = Arc::new(open(tmp.path()));
+    let names: Vec<String> = (0..8).map(|i| format!("op/1/{i}")).collect();
+    let writers: Vec<_> = names
+        .iter()
+        .cloned()
+        .map(|name| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for n in 1..=3u64 {
+                    store
+                        .put(n, &name, format!("{name} at {n}").as_bytes())
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().expect("writer thread");
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    for n in 1..=3 {
+        store.seal(n, &refs, b"").unwrap();
+    }
+    let loaded = store.load(2).unwrap();
+    assert_eq!(loaded.tasks.len(), 8);
+    assert_eq!(loaded.tasks["op/1/5"], b"op/1/5 at 2");
+}
+
+#[test]
+fn a_directory_that_is_not_a_weir_store_is_refused() {
+    let tmp = temp_dir();
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "not a store").unwrap();
+    let error = CheckpointStore::open(&other, JOB).expect_err("not a store");
+    assert!(matches!(error, StoreError::Unreadable { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("without a RocksDB CURRENT file"),
+        "{message}"
+    );
+    assert!(
+        message.contains("point state_dir at a new or empty directory"),
+        "{message}"
+    );
+
+    // A RocksDB database that weir did not write.
+    let foreign = tmp.path().join("foreign");
+    let db = rocksdb::DB::open_default(&foreign).unwrap();
+    db.put(b"some", b"thing").unwrap();
+    drop(db);
+    let error = CheckpointStore::open(&foreign, JOB).expect_err("a foreign database");
+    assert!(error.to_string().contains("weir did not create"), "{error}");
+
+    // A damaged CURRENT file.
+    let damaged = tmp.path().join("damaged");
+    drop(open(&damaged));
+    let current = std::fs::read_to_string(damaged.join("CURRENT")).unwrap();
+    std::fs::write(damaged.join("CURRENT"), "MANIFEST-999999\n").unwrap();
+    let error = CheckpointStore::open(&damaged, JOB).expect_err("CURRENT names a missing file");
+    assert!(matches!(error, StoreError::Unreadable { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("restore it from a backup"),
+        "{error}"
+    );
+
+    // A garbled MANIFEST.
+    std::fs::write(damaged.join("CURRENT"), &current).unwrap();
+    std::fs::write(damaged.join(current.trim()), vec![0xa5u8; 4096]).unwrap();
+    let error = CheckpointStore::open(&damaged, JOB).expect_err("a garbled MANIFEST");
+    assert!(matches!(error, StoreError::Unreadable { .. }), "{error:?}");
+}
+
+#[test]
+fn names_and_sizes_are_bounded() {
+    let tmp = temp_dir();
+    let error = CheckpointStore::open(tmp.path(), "").expect_err("empty job name");
+    assert!(error.to_string().contains("job name ``"), "{error}");
+    let store = open(tmp.path());
+    assert!(matches!(
+        store.put(1, "", b"x"),
+        Err(StoreError::InvalidName { .. })
+    ));
+    let meta = vec![0u8; weir::checkpoint::store::MAX_META_BYTES + 1];
+    store.put(1, "op/1/0", b"x").unwrap();
+    assert!(matches!(
+        store.seal(1, &["op/1/0"], &meta),
+        Err(StoreError::TooLarge { .. })
+    ));
+    let error = store
+        .seal(1, &["op/1/0", "op/1/0"], b"")
+        .expect_err("listed twice");
+    assert!(error.to_string().contains("listed twice"), "{error}");
+}
+
+/// Not a test of its own: the body of the child processes that the tests above start.
+#[test]
+#[ignore = "run in a child process by other tests"]
+fn child_process_entry() {
+    let Ok(what) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (mode, dir) = what.split_once(':').expect("mode:dir");
+    let dir = PathBuf::from(dir);
+    match mode {
+        "hold" => {
+            let store = open(&dir);
+            write_three(&store, 1);
+            println!("WEIR-CHILD-OPENED");
+            std::io::stdout().flush().unwrap();
+            // Hold the store until the parent closes our stdin.
+            let mut sink = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink).unwrap();
+        }
+        "crash" => {
+            let store = open(&dir);
+            write_three(&store, 1);
+            // Unsealed work after the seal must not hide the sealed checkpoint.
+            store.put(2, "source/0", b"in flight").unwrap();
+            std::process::abort();
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+fn spawn_child(what: &str, stdout: Stdio) -> Child {
+    Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, what)
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the child process")
+}
+
+/// Reads the child's stdout on a thread until `marker`, failing after `CHILD_DEADLINE`.
+fn wait_for_line(stdout: std::process::ChildStdout, marker: &'static str) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.contains(marker) {
+                let _ = tx.send(());
+                // Keep draining so the child never blocks on a full pipe.
+            }
+        }
+    });
+    rx.recv_timeout(CHILD_DEADLINE)
+        .unwrap_or_else(|_| panic!("child did not print {marker}"));
+}
+
+fn wait_with_deadline(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("child process did not exit within {CHILD_DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
