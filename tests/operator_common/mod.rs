@@ -4,7 +4,7 @@
 
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -15,7 +15,10 @@ use weir::operator::{Limits, Plugin, Runtime, RuntimeConfig};
 pub fn plugins_dir() -> PathBuf {
     match std::env::var_os("WEIR_PLUGINS_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("host/ has a parent")
+            .join("target/plugins"),
     }
 }
 

@@ -1,13 +1,14 @@
-//! `weir check <plugin.wasm>`: proves a plugin can run here before a job uses it,
-//! by loading, validating and instantiating it under the limits it would get.
-//! `init` runs only if a config is given, since plugins may require one.
+//! `weir check <plugin.wasm>`: proves a plugin can run here before a job uses it.
+//! It loads and validates the component, instantiates it under the limits it
+//! would get, runs `init` with the given config and then every other export once.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use weir::operator::{self, Limits, OperatorInstance, Plugin, Runtime, RuntimeConfig};
+use weir::batch::Batch;
+use weir::operator::{self, Limits, OperatorInstance, Plugin, PluginInfo, Runtime, RuntimeConfig};
 
 #[derive(Args)]
 pub struct CheckArgs {
@@ -19,23 +20,62 @@ pub struct CheckArgs {
     /// CPU deadline of each call, in milliseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     call_timeout_ms: u64,
-    /// A config entry (`key=value`, repeatable); when given, `init` runs with them.
+    /// A config entry for `init` (`key=value`, repeatable), as the job file would give.
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
     config: Vec<(String, String)>,
+    /// A record value (repeatable) for the `process` call; without any, an empty
+    /// batch is processed.
+    #[arg(long = "record", value_name = "VALUE")]
+    records: Vec<String>,
+    /// Stop after validation and instantiation: do not call `init` or any export
+    /// (for a plugin whose config is not at hand).
+    #[arg(long, conflicts_with_all = ["config", "records"])]
+    no_init: bool,
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let limits = Limits {
         memory_bytes: usize::try_from(args.memory_limit_mb << 20)
-            .context("--memory-limit-mb is too large")?,
+            .context("--memory-limit-mb is too large for this machine")?,
         call_timeout: Duration::from_millis(args.call_timeout_ms),
     };
     let runtime =
         Runtime::new(RuntimeConfig::default()).context("cannot start the WebAssembly runtime")?;
     let plugin = Plugin::load(&runtime, &args.plugin)?;
-    let info = plugin.info();
+    print_info(plugin.info(), &runtime, limits);
     let probe = plugin.probe(limits, "check")?;
+    println!(
+        "instance: instantiated in {:.1} ms, {} of linear memory at start",
+        probe.instantiate_time.as_secs_f64() * 1e3,
+        mib(probe.memory_bytes)
+    );
 
+    if args.no_init {
+        println!("calls:    not run (--no-init)");
+    } else {
+        let entries = args.config.len();
+        let start = || {
+            OperatorInstance::new(&plugin, limits, args.config.clone(), "check".into()).map_err(
+                |err| {
+                    anyhow::anyhow!("{err} (with --config key=value, or skip init with --no-init)")
+                },
+            )
+        };
+        let mut instance = start()?;
+        println!(
+            "init:     ok with {entries} config entr{}",
+            if entries == 1 { "y" } else { "ies" }
+        );
+        let snapshot = exercise(&mut instance, &args.records)?;
+        // `restore` expects a freshly initialised instance, as after a restart.
+        start()?.restore(&snapshot)?;
+        println!("restore:  ok into a fresh instance");
+    }
+    println!("ok: {} can run as a weir operator", plugin.path().display());
+    Ok(())
+}
+
+fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
     let host = operator::host_version();
     let version = match &info.version {
         Some(v) => format!(
@@ -43,7 +83,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             info.package
         ),
         None => format!(
-            "{} (no version: it imports no {} interface; exports match @{host})",
+            "{} (unversioned: it imports no {} interface; its exports match @{host})",
             info.package, info.package
         ),
     };
@@ -70,19 +110,27 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             info.compiled
         ),
     }
-    println!(
-        "instance: instantiated in {:.1} ms, {} of linear memory at start",
-        probe.instantiate_time.as_secs_f64() * 1e3,
-        mib(probe.memory_bytes)
-    );
-    if args.config.is_empty() {
-        println!("init:     not run (give --config key=value to run init with a config)");
-    } else {
-        OperatorInstance::new(&plugin, limits, args.config, "check".into())?;
-        println!("init:     ok");
+}
+
+/// Calls `process`, `on-watermark` and `snapshot` once, in the order a job
+/// would, so that a plugin that loops, exhausts memory or traps fails here.
+/// Returns the snapshot.
+fn exercise(instance: &mut OperatorInstance, records: &[String]) -> anyhow::Result<Vec<u8>> {
+    let mut batch = Batch::new();
+    for (timestamp, value) in (0..).zip(records) {
+        batch.push(None, value.as_bytes(), timestamp, &[]);
     }
-    println!("ok: {} can run as a weir operator", info.path.display());
-    Ok(())
+    let processed = instance.process(&batch)?;
+    let fired = instance.on_watermark(i64::MAX)?;
+    let snapshot = instance.snapshot()?;
+    println!(
+        "calls:    process ({} record(s) in, {} out), on-watermark ({} out), snapshot ({} bytes): ok",
+        batch.len(),
+        processed.len(),
+        fired.len(),
+        snapshot.len()
+    );
+    Ok(snapshot)
 }
 
 fn parse_config_entry(entry: &str) -> Result<(String, String), String> {

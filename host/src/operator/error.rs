@@ -169,16 +169,15 @@ pub enum OperatorError {
 
     /// The call ran past its CPU deadline and was interrupted.
     #[error(
-        "{id}: {call} did not return within its {} ms deadline (interrupted after {} ms); the \
+        "{id}: {call} did not return within its {} ms deadline and was interrupted; the \
          instance was reset to a fresh one with empty state; if the work is legitimate, raise the \
          call timeout or send smaller batches",
-        timeout.as_millis(), elapsed.as_millis()
+        timeout.as_millis()
     )]
     DeadlineExceeded {
         id: OperatorId,
         call: Call,
         timeout: Duration,
-        elapsed: Duration,
     },
 
     /// The guest's memory would have grown past the cap.

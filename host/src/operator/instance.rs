@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap};
 
-use super::bindings::{Operator, WireScratch, from_wire};
+use super::bindings::{Operator, ProcessFunc, from_wire, with_wire};
 use super::error::{Call, OperatorError, OperatorId};
 use super::plugin::Plugin;
 use super::sandbox::HostState;
@@ -42,12 +42,12 @@ pub struct OperatorInstance {
     label: Arc<str>,
     /// `None` only after a crash whose replacement failed; the next call retries.
     live: Option<Live>,
-    scratch: WireScratch,
 }
 
 struct Live {
     store: Store<HostState>,
     operator: Operator,
+    process: ProcessFunc,
 }
 
 /// What instantiating a plugin costs, reported by `weir check`.
@@ -64,9 +64,7 @@ enum Crash {
         trap: String,
         guest_output: Option<String>,
     },
-    Deadline {
-        elapsed: Duration,
-    },
+    Deadline,
     Memory {
         requested_bytes: usize,
     },
@@ -109,7 +107,6 @@ impl OperatorInstance {
             id,
             label: label.into(),
             live: None,
-            scratch: WireScratch::default(),
         };
         instance.live = Some(instance.start()?);
         Ok(instance)
@@ -117,8 +114,8 @@ impl OperatorInstance {
 
     /// Hands the guest a batch; returns the records it emits now.
     pub fn process(&mut self, batch: &Batch) -> Result<Batch, OperatorError> {
-        let output = self.call(Call::Process, |operator, store, scratch| {
-            scratch.with_wire(batch, |wire| operator.call_process(store, wire))
+        let output = self.call(Call::Process, |live| {
+            with_wire(batch, |wire| live.process.call(&mut live.store, wire))
         })?;
         from_wire(output).map_err(|problem| OperatorError::InvalidOutput {
             id: self.id.clone(),
@@ -129,8 +126,8 @@ impl OperatorInstance {
 
     /// Event time reached `watermark`; returns the records this completes.
     pub fn on_watermark(&mut self, watermark: i64) -> Result<Batch, OperatorError> {
-        let output = self.call(Call::OnWatermark, |operator, store, _| {
-            operator.call_on_watermark(store, watermark)
+        let output = self.call(Call::OnWatermark, |live| {
+            live.operator.call_on_watermark(&mut live.store, watermark)
         })?;
         from_wire(output).map_err(|problem| OperatorError::InvalidOutput {
             id: self.id.clone(),
@@ -141,15 +138,15 @@ impl OperatorInstance {
 
     /// The guest's whole state, for a checkpoint.
     pub fn snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
-        self.call(Call::Snapshot, |operator, store, _| {
-            operator.call_snapshot(store)
+        self.call(Call::Snapshot, |live| {
+            live.operator.call_snapshot(&mut live.store)
         })
     }
 
     /// Replaces the state of this (freshly started or reset) instance with a snapshot's.
     pub fn restore(&mut self, state: &[u8]) -> Result<(), OperatorError> {
-        self.call(Call::Restore, |operator, store, _| {
-            operator.call_restore(store, state)
+        self.call(Call::Restore, |live| {
+            live.operator.call_restore(&mut live.store, state)
         })
     }
 
@@ -172,11 +169,7 @@ impl OperatorInstance {
     fn call<R>(
         &mut self,
         call: Call,
-        f: impl FnOnce(
-            &Operator,
-            &mut Store<HostState>,
-            &mut WireScratch,
-        ) -> wasmtime::Result<Result<R, String>>,
+        f: impl FnOnce(&mut Live) -> wasmtime::Result<Result<R, String>>,
     ) -> Result<R, OperatorError> {
         if self.live.is_none() {
             self.live = Some(self.start()?);
@@ -188,8 +181,7 @@ impl OperatorInstance {
                 .runtime()
                 .deadline_ticks(self.limits.call_timeout),
         );
-        let started = Instant::now();
-        match f(&live.operator, &mut live.store, &mut self.scratch) {
+        match f(live) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(message)) => Err(OperatorError::Guest {
                 id: self.id.clone(),
@@ -197,9 +189,9 @@ impl OperatorInstance {
                 message,
             }),
             Err(err) => {
-                let crash = diagnose(&err, live.store.data(), started.elapsed());
+                let crash = diagnose(&err, live.store.data());
                 let error = self.crash_error(call, crash);
-                tracing::warn!("{error}");
+                tracing::debug!("{error}");
                 self.replace();
                 Err(error)
             }
@@ -215,11 +207,10 @@ impl OperatorInstance {
                 trap,
                 guest_output,
             },
-            Crash::Deadline { elapsed } => OperatorError::DeadlineExceeded {
+            Crash::Deadline => OperatorError::DeadlineExceeded {
                 id,
                 call,
                 timeout: self.limits.call_timeout,
-                elapsed,
             },
             Crash::Memory { requested_bytes } => OperatorError::MemoryLimitExceeded {
                 id,
@@ -256,14 +247,10 @@ impl OperatorInstance {
                 .runtime()
                 .deadline_ticks(self.limits.call_timeout),
         );
-        let started = Instant::now();
         let detail = match live.operator.call_init(&mut live.store, &config) {
             Ok(Ok(())) => return Ok(live),
             Ok(Err(message)) => format!("it returned an error: {message}"),
-            Err(err) => describe(
-                diagnose(&err, live.store.data(), started.elapsed()),
-                self.limits,
-            ),
+            Err(err) => describe(diagnose(&err, live.store.data()), self.limits),
         };
         Err(OperatorError::Init {
             id: self.id.clone(),
@@ -283,12 +270,24 @@ fn instantiate(
     let mut store = Store::new(runtime.engine(), HostState::new(label, limits.memory_bytes));
     store.limiter(HostState::limiter);
     store.set_epoch_deadline(runtime.deadline_ticks(limits.call_timeout));
-    let started = Instant::now();
-    match plugin.pre().instantiate(&mut store) {
-        Ok(operator) => Ok(Live { store, operator }),
+    let instantiated = plugin
+        .pre()
+        .instance_pre()
+        .instantiate(&mut store)
+        .and_then(|instance| {
+            let operator = Operator::new(&mut store, &instance)?;
+            let process = ProcessFunc::new(&mut store, &instance)?;
+            Ok((operator, process))
+        });
+    match instantiated {
+        Ok((operator, process)) => Ok(Live {
+            store,
+            operator,
+            process,
+        }),
         Err(err) => Err(OperatorError::Instantiate {
             id: id.clone(),
-            detail: describe(diagnose(&err, store.data(), started.elapsed()), limits),
+            detail: describe(diagnose(&err, store.data()), limits),
         }),
     }
 }
@@ -296,13 +295,13 @@ fn instantiate(
 /// Sorts a failed call into what the user can act on. A refused memory growth
 /// wins: the trap that follows (usually `unreachable` after a failed
 /// allocation) is its consequence.
-fn diagnose(err: &wasmtime::Error, state: &HostState, elapsed: Duration) -> Crash {
+fn diagnose(err: &wasmtime::Error, state: &HostState) -> Crash {
     if let Some(requested_bytes) = state.memory_denied() {
         return Crash::Memory { requested_bytes };
     }
     let trap = if let Some(trap) = err.downcast_ref::<Trap>() {
         if *trap == Trap::Interrupt {
-            return Crash::Deadline { elapsed };
+            return Crash::Deadline;
         }
         trap.to_string()
     } else if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
@@ -327,10 +326,9 @@ fn describe(crash: Crash, limits: Limits) -> String {
             trap,
             guest_output: None,
         } => format!("it trapped: {trap}"),
-        Crash::Deadline { elapsed } => format!(
-            "it did not finish within the {} ms call timeout (interrupted after {} ms)",
-            limits.call_timeout.as_millis(),
-            elapsed.as_millis()
+        Crash::Deadline => format!(
+            "it did not finish within the {} ms call timeout",
+            limits.call_timeout.as_millis()
         ),
         Crash::Memory { requested_bytes } => format!(
             "it needs {requested_bytes} bytes of memory, over the limit of {} bytes; raise the memory limit",

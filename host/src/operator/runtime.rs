@@ -23,6 +23,9 @@ pub struct RuntimeConfig {
     pub cache_max_bytes: u64,
     /// How often the epoch advances: the granularity of every call deadline.
     pub epoch_tick: Duration,
+    /// Write `/tmp/perf-<pid>.map` so that `perf report` names the functions of
+    /// plugins (compiled code is otherwise anonymous memory to it).
+    pub perf_map: bool,
 }
 
 impl RuntimeConfig {
@@ -46,6 +49,7 @@ impl Default for RuntimeConfig {
             cache_dir: Self::default_cache_dir(),
             cache_max_bytes: 2 << 30,
             epoch_tick: Duration::from_millis(10),
+            perf_map: false,
         }
     }
 }
@@ -90,6 +94,9 @@ impl Runtime {
         wasm.epoch_interruption(true);
         wasm.cranelift_opt_level(OptLevel::Speed);
         wasm.parallel_compilation(true);
+        if config.perf_map {
+            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&wasm).map_err(RuntimeError::Engine)?;
         let linker = sandbox::linker(&engine).map_err(RuntimeError::Engine)?;
         let ticker =

@@ -1,0 +1,179 @@
+//! `weir check` on the built binary: every example plugin passes (with its
+//! config and a sample record), every bad one fails non-zero with one error
+//! paragraph that names the file.
+
+#[path = "operator_common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{cache_dir, plugin_path, scratch_file};
+
+fn check(plugin: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("check")
+        .arg(plugin)
+        .args(args)
+        // Share the tests' compiled-code cache; keep stderr to the error itself.
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run weir check")
+}
+
+fn assert_passes(name: &str, args: &[&str]) {
+    let path = plugin_path(name);
+    let out = check(&path, args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "weir check {name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("package:  weir:operator@0.1.0"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "ok: {} can run as a weir operator",
+            path.display()
+        )),
+        "{stdout}"
+    );
+}
+
+/// Fails non-zero with exactly one `error:` line, which names the file and
+/// contains `expected`.
+fn assert_fails(path: &Path, args: &[&str], expected: &str) {
+    let out = check(path, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "weir check {} must fail:\n{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error paragraph expected:\n{stderr}");
+    assert!(
+        errors[0].contains(&path.display().to_string()),
+        "the error must name the file: {}",
+        errors[0]
+    );
+    assert!(
+        errors[0].contains(expected),
+        "the error must say `{expected}`: {}",
+        errors[0]
+    );
+}
+
+#[test]
+fn every_example_plugin_passes() {
+    assert_passes(
+        "window-count",
+        &["--config", "window_ms=1000", "--record", "x"],
+    );
+    assert_passes(
+        "session-sum",
+        &[
+            "--config",
+            "field=amount",
+            "--config",
+            "gap_ms=500",
+            "--record",
+            r#"{"amount":3}"#,
+        ],
+    );
+    assert_passes(
+        "py-filter",
+        &[
+            "--config",
+            "field=kind",
+            "--config",
+            "equals=click",
+            "--record",
+            r#"{"kind":"click"}"#,
+        ],
+    );
+    assert_passes(
+        "js-enrich",
+        &[
+            "--config",
+            r#"set={"region":"eu"}"#,
+            "--record",
+            r#"{"a":1}"#,
+        ],
+    );
+}
+
+#[test]
+fn validation_alone_needs_no_config() {
+    assert_passes("window-count", &["--no-init"]);
+}
+
+#[test]
+fn every_bad_plugin_fails_naming_the_file() {
+    assert_fails(
+        &plugin_path("bad-trap"),
+        &["--record", "poison"],
+        "trapped in process",
+    );
+    assert_fails(
+        &plugin_path("bad-loop"),
+        &["--call-timeout-ms", "200"],
+        "did not return within its 200 ms deadline",
+    );
+    assert_fails(
+        &plugin_path("bad-memory"),
+        &["--memory-limit-mb", "32"],
+        "over its limit of 33554432 bytes",
+    );
+    assert_fails(&plugin_path("bad-file"), &[], "cannot open /etc/passwd");
+    assert_fails(
+        &plugin_path("bad-socket"),
+        &[],
+        "cannot connect to 127.0.0.1:9",
+    );
+    assert_fails(
+        &plugin_path("bad-other-world"),
+        &[],
+        "does not export the weir:operator/operator world",
+    );
+    assert_fails(&plugin_path("bad-newer-major"), &[], "weir:operator@1.0.0");
+}
+
+#[test]
+fn files_that_are_not_components_fail_naming_the_file() {
+    assert_fails(
+        &scratch_file("cli-core-module.wasm", b"\0asm\x01\0\0\0"),
+        &[],
+        "cargo build --target wasm32-wasip2",
+    );
+    assert_fails(
+        &scratch_file("cli-not-wasm.wasm", b"GIF89a"),
+        &[],
+        "is not a WebAssembly file",
+    );
+    let whole = std::fs::read(plugin_path("session-sum")).expect("read session-sum");
+    assert_fails(
+        &scratch_file("cli-truncated.wasm", &whole[..whole.len() / 3]),
+        &[],
+        "is truncated",
+    );
+    assert_fails(
+        Path::new("/nonexistent/plugin.wasm"),
+        &[],
+        "cannot read plugin",
+    );
+}
+
+#[test]
+fn a_config_init_rejects_fails_with_its_message() {
+    assert_fails(
+        &plugin_path("window-count"),
+        &["--config", "window_ms=-5"],
+        "`window_ms` = -5 is out of range",
+    );
+}
