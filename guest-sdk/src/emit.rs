@@ -134,6 +134,30 @@ impl ValueWriter<'_> {
         self.data.extend_from_slice(bytes);
     }
 
+    /// Appends a signed integer in decimal, as `Display` would, without `fmt`.
+    pub fn integer(&mut self, value: i64) {
+        if value < 0 {
+            self.data.push(b'-');
+        }
+        self.unsigned(value.unsigned_abs());
+    }
+
+    /// Appends an unsigned integer in decimal, as `Display` would, without `fmt`.
+    pub fn unsigned(&mut self, value: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut rest = value;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        self.data.extend_from_slice(&digits[at..]);
+    }
+
     /// Appends a JSON string literal holding `text` (as UTF-8, invalid sequences
     /// replaced by U+FFFD), escaped exactly as `serde_json` escapes strings.
     pub fn json_string(&mut self, text: &[u8]) {
@@ -217,6 +241,18 @@ mod tests {
         );
         assert_eq!(records[2].key, Some(&b"key"[..]));
         assert_eq!(records[2].value, b"in place");
+    }
+
+    #[test]
+    fn integers_print_like_display() {
+        for value in [0, 7, -7, 10, 1_700_000_000_000, i64::MIN, i64::MAX] {
+            let mut data = Vec::new();
+            ValueWriter { data: &mut data }.integer(value);
+            assert_eq!(String::from_utf8(data).unwrap(), value.to_string());
+        }
+        let mut data = Vec::new();
+        ValueWriter { data: &mut data }.unsigned(u64::MAX);
+        assert_eq!(String::from_utf8(data).unwrap(), u64::MAX.to_string());
     }
 
     #[test]

@@ -39,9 +39,10 @@ pub fn parse(bytes: &[u8]) -> Result<Snapshot<'_>, Error> {
     if bytes.len() < HEADER_LEN || bytes[..MAGIC.len()] != MAGIC {
         let start = &bytes[..bytes.len().min(HEADER_LEN)];
         return Err(Error::new(format!(
-            "snapshot is not a weir-guest state snapshot ({} bytes, starting {start:02x?}); \
+            "snapshot is not a weir-guest state snapshot ({} bytes, starting b\"{}\"); \
              restore only snapshots taken by this plugin",
-            bytes.len()
+            bytes.len(),
+            start.escape_ascii()
         )));
     }
     let encoding = bytes[MAGIC.len()];
@@ -102,9 +103,11 @@ mod tests {
 
     #[test]
     fn refuses_foreign_bytes_unknown_encodings_and_trailing_garbage() {
-        let error = parse(b"{\"count\":1}").unwrap_err();
+        let error = parse(b"garbage!").unwrap_err();
         assert!(
-            error.message().contains("not a weir-guest state snapshot"),
+            error.message().starts_with(
+                "snapshot is not a weir-guest state snapshot (8 bytes, starting b\"garbage\")"
+            ),
             "{error}"
         );
         assert!(parse(b"WG").is_err());

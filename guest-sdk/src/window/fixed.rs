@@ -1,24 +1,96 @@
-//! The store behind tumbling and sliding windows: windows of one fixed size, keyed by
-//! start, each holding one accumulator per key.
+//! The store behind tumbling and sliding windows: windows of one fixed size, ordered
+//! by start, each holding one accumulator per key.
 //!
-//! Windows all have the same size, so ordering them by start orders them by end, and
-//! a watermark completes a prefix of the start-ordered map.
+//! It is the per-record hot path, so a lookup allocates nothing: a window keeps its
+//! keys back to back in one arena, and records mostly hit the newest window, which
+//! is searched first. Same-size windows ordered by start are ordered by end, so a
+//! watermark completes a prefix.
 
-use std::collections::BTreeMap;
-
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use serde::de::{self, DeserializeOwned};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::VecDeque;
 
-use super::{KeyMap, NO_WATERMARK, Window};
+use super::{NO_WATERMARK, Window, key};
 
 #[derive(Debug)]
 pub(super) struct FixedWindows<A> {
     size: i64,
-    windows: BTreeMap<i64, KeyMap<A>>,
+    /// Open windows by ascending start.
+    windows: VecDeque<Pane<A>>,
     /// The highest watermark fired: windows ending at or before it are gone.
     watermark: i64,
     /// Records dropped because all their windows had already fired.
     late: u64,
+}
+
+/// One window: its keys back to back in `keys`, and a slot per key.
+#[derive(Debug)]
+struct Pane<A> {
+    start: i64,
+    keys: Vec<u8>,
+    slots: HashTable<Slot<A>>,
+}
+
+#[derive(Debug)]
+struct Slot<A> {
+    /// Kept so that growing the table never rehashes keys.
+    hash: u64,
+    offset: u32,
+    len: u32,
+    accumulator: A,
+}
+
+impl<A> Pane<A> {
+    fn new(start: i64) -> Self {
+        Self {
+            start,
+            keys: Vec::new(),
+            slots: HashTable::new(),
+        }
+    }
+
+    fn key(&self, slot: &Slot<A>) -> &[u8] {
+        &self.keys[slot.offset as usize..][..slot.len as usize]
+    }
+
+    /// The accumulator of `key`, made by `make` if the key is new to the window.
+    fn accumulator(&mut self, key: &[u8], make: impl FnOnce() -> A) -> &mut A {
+        let hash = key::hash(key);
+        let keys = &self.keys;
+        let entry = self.slots.entry(
+            hash,
+            |slot| key::equal(&keys[slot.offset as usize..][..slot.len as usize], key),
+            |slot| slot.hash,
+        );
+        match entry {
+            Entry::Occupied(occupied) => &mut occupied.into_mut().accumulator,
+            Entry::Vacant(vacant) => {
+                let offset = u32::try_from(self.keys.len())
+                    .expect("the keys of one window stay below 4 GiB");
+                self.keys.extend_from_slice(key);
+                let slot = Slot {
+                    hash,
+                    offset,
+                    len: key.len() as u32,
+                    accumulator: make(),
+                };
+                &mut vacant.insert(slot).into_mut().accumulator
+            }
+        }
+    }
+
+    /// Every (key, accumulator) ordered by key bytes.
+    fn into_sorted(self) -> (Vec<u8>, Vec<Slot<A>>) {
+        let mut slots: Vec<Slot<A>> = self.slots.into_iter().collect();
+        let keys = self.keys;
+        slots.sort_unstable_by(|a, b| {
+            keys[a.offset as usize..][..a.len as usize]
+                .cmp(&keys[b.offset as usize..][..b.len as usize])
+        });
+        (keys, slots)
+    }
 }
 
 impl<A> FixedWindows<A> {
@@ -26,7 +98,7 @@ impl<A> FixedWindows<A> {
         debug_assert!(size > 0);
         Self {
             size,
-            windows: BTreeMap::new(),
+            windows: VecDeque::new(),
             watermark: NO_WATERMARK,
             late: 0,
         }
@@ -55,12 +127,26 @@ impl<A> FixedWindows<A> {
         A: Default,
     {
         debug_assert!(!self.has_fired(start));
-        // `entry_ref` copies the key only when it is new to the window.
-        self.windows
-            .entry(start)
-            .or_default()
-            .entry_ref(key)
-            .or_default()
+        let index = self.pane_index(start);
+        self.windows[index].accumulator(key, A::default)
+    }
+
+    /// The index of the window starting at `start`, opened if new. Searched from the
+    /// newest: in-order records find it at once, late ones a few steps further.
+    fn pane_index(&mut self, start: i64) -> usize {
+        let mut index = self.windows.len();
+        while index > 0 {
+            let candidate = self.windows[index - 1].start;
+            if candidate == start {
+                return index - 1;
+            }
+            if candidate < start {
+                break;
+            }
+            index -= 1;
+        }
+        self.windows.insert(index, Pane::new(start));
+        index
     }
 
     pub(super) fn count_late(&mut self) {
@@ -77,27 +163,26 @@ impl<A> FixedWindows<A> {
 
     /// (window, key) pairs still open.
     pub(super) fn open(&self) -> usize {
-        self.windows.values().map(KeyMap::len).sum()
+        self.windows.iter().map(|pane| pane.slots.len()).sum()
     }
 
     /// Removes every window with `end <= watermark` and hands over its accumulators
     /// by window end, then key bytes.
     pub(super) fn fire(&mut self, watermark: i64, mut emit: impl FnMut(Window, &[u8], A)) {
         self.watermark = self.watermark.max(watermark);
-        let size = self.size;
-        while let Some(first) = self.windows.first_entry() {
-            let start = *first.key();
-            let window = Window {
-                start,
-                end: start.saturating_add(size),
-            };
+        while let Some(first) = self.windows.front() {
+            let window = self.window(first.start);
             if window.end > watermark {
                 break;
             }
-            let mut fired: Vec<(Box<[u8]>, A)> = first.remove().into_iter().collect();
-            fired.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (key, accumulator) in fired {
-                emit(window, &key, accumulator);
+            let pane = self.windows.pop_front().expect("the front window exists");
+            let (keys, slots) = pane.into_sorted();
+            for slot in slots {
+                emit(
+                    window,
+                    &keys[slot.offset as usize..][..slot.len as usize],
+                    slot.accumulator,
+                );
             }
         }
     }
@@ -124,10 +209,14 @@ struct Owned<A> {
 impl<A: Serialize> Serialize for FixedWindows<A> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut windows = Vec::with_capacity(self.open());
-        for (&start, keys) in &self.windows {
+        for pane in &self.windows {
             let first = windows.len();
-            windows.extend(keys.iter().map(|(key, acc)| (start, &key[..], acc)));
-            windows[first..].sort_unstable_by(|a, b| a.1.cmp(b.1));
+            windows.extend(
+                pane.slots
+                    .iter()
+                    .map(|slot| (pane.start, pane.key(slot), &slot.accumulator)),
+            );
+            windows[first..].sort_unstable_by(|a, b| key::compare(a.1, b.1));
         }
         Canonical {
             size: self.size,
@@ -152,11 +241,9 @@ impl<'de, A: DeserializeOwned> Deserialize<'de> for FixedWindows<A> {
         windows.watermark = owned.watermark;
         windows.late = owned.late;
         for (start, key, accumulator) in owned.windows {
-            windows
-                .windows
-                .entry(start)
-                .or_default()
-                .insert(key.into_boxed_slice(), accumulator);
+            // A canonical snapshot names each (start, key) once.
+            let index = windows.pane_index(start);
+            windows.windows[index].accumulator(&key, || accumulator);
         }
         Ok(windows)
     }

@@ -6,6 +6,7 @@
 //! across snapshot and restore.
 
 mod fixed;
+mod key;
 mod session;
 mod sliding;
 mod tumbling;

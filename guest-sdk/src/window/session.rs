@@ -10,7 +10,7 @@ use std::collections::BinaryHeap;
 use serde::de::{self, DeserializeOwned};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{KeyMap, Merge, NO_WATERMARK, Window};
+use super::{KeyMap, Merge, NO_WATERMARK, Window, key};
 use crate::error::Error;
 
 /// One accumulator of type `A` per key and session.
@@ -193,7 +193,12 @@ impl<A: Merge> SessionWindows<A> {
                 }
             }
         }
-        fired.sort_unstable_by(|a, b| (a.0.end, &a.1, a.0.start).cmp(&(b.0.end, &b.1, b.0.start)));
+        fired.sort_unstable_by(|a, b| {
+            a.0.end
+                .cmp(&b.0.end)
+                .then_with(|| key::compare(&a.1, &b.1))
+                .then(a.0.start.cmp(&b.0.start))
+        });
         for (window, key, accumulator) in fired {
             emit(window, &key, accumulator);
         }
@@ -240,7 +245,7 @@ impl<A: Serialize> Serialize for SessionWindows<A> {
             .iter()
             .map(|(key, sessions)| (&key[..], &sessions.sessions[..]))
             .collect();
-        keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        keys.sort_unstable_by(|a, b| key::compare(a.0, b.0));
         Canonical {
             gap: self.gap,
             watermark: self.watermark,

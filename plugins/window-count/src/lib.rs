@@ -4,8 +4,6 @@
 //! key = the key, value = `{"key":"<key>","window_start":<ms>,"window_end":<ms>,"count":<n>}`,
 //! timestamp = window end - 1. Records without a key count under the empty key.
 
-use std::fmt::Write;
-
 use weir_guest::window::TumblingWindows;
 use weir_guest::{Config, Emitter, Error, Operator, Records};
 
@@ -65,14 +63,17 @@ impl Operator for WindowCount {
     ) -> Result<(), Error> {
         windows.fire(watermark, |window, key, count| {
             out.emit_with(Some(key), window.end - 1, |value| {
+                // Written piecewise rather than with `write!`: output formatting is a
+                // measurable share of this operator's cost in Wasm.
                 value.extend(b"{\"key\":");
                 value.json_string(key);
-                // Writing to a Vec cannot fail.
-                let _ = write!(
-                    value,
-                    ",\"window_start\":{},\"window_end\":{},\"count\":{count}}}",
-                    window.start, window.end
-                );
+                value.extend(b",\"window_start\":");
+                value.integer(window.start);
+                value.extend(b",\"window_end\":");
+                value.integer(window.end);
+                value.extend(b",\"count\":");
+                value.unsigned(count);
+                value.extend(b"}");
             });
         });
         Ok(())
