@@ -34,7 +34,55 @@ fn stop_and_compare(job: &JobDir, child: &mut std::process::Child, input: &[clic
     let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
     let actual = clicks::as_multiset(&committed);
     assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
+    for (partition, key, _) in &committed {
+        let key = key.as_deref().expect("window counts are keyed");
+        assert_eq!(*partition, java_partition(key, PARTITIONS), "key {key:?} is not where a Java producer puts it");
+    }
     metrics
+}
+
+/// The partition the Java client's default partitioner picks for a keyed record.
+fn java_partition(key: &[u8], partitions: i32) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % partitions as u32) as i32
+}
+
+/// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`).
+fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    let mut h = SEED ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes(chunk.try_into().unwrap());
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ k;
+    }
+    let tail = chunks.remainder();
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^ (h >> 15)
+}
+
+#[test]
+fn murmur2_matches_the_java_client() {
+    // Values from the Java client's own partitioner tests.
+    assert_eq!(murmur2(b"21") as i32, -973932308);
+    assert_eq!(murmur2(b"foobar") as i32, -790332482);
+    assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985981536);
+    assert_eq!(murmur2(b"a-little-bit-longer-string") as i32, -1486304829);
+    assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32, -58897971);
 }
 
 /// GET /metrics from the address the job logged.
@@ -163,9 +211,22 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     }
 
     let input = producer.join().expect("producer thread");
+    // The last kill comes once the job has caught up; the restart is timed up to its first commit.
     let mut child = job::start(&job.path(), &log, &[]);
+    wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
+    job::kill(&mut child);
+    let killed = Instant::now();
+    let mut child = job::start(&job.path(), &log, &[]);
+    wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
+    let recovery = killed.elapsed();
     let _ = stop_and_compare(&job, &mut child, &input, &log);
-    eprintln!("survived {kills} random kills and 4 protocol-step kills; checked {} input records", input.len());
+    eprintln!(
+        "survived {} random kills and 4 protocol-step kills; checked {} input records; \
+         kill → first new commit: {} ms",
+        kills + 1,
+        input.len(),
+        recovery.as_millis()
+    );
 }
 
 fn wait_for_log(log: &std::path::Path, needle: &str, within: Duration) {

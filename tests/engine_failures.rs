@@ -265,3 +265,22 @@ fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
     let after = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).len();
     assert_eq!(before, after, "a refused start must write nothing");
 }
+
+#[test]
+fn a_checkpoint_missing_from_the_store_refuses_to_start() {
+    let (job, input) = window_count_job("lost-store", 2_000);
+    let log = log_of(&job, "first.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+
+    std::fs::remove_dir_all(job.state_dir()).unwrap();
+    let second = log_of(&job, "second.log");
+    let mut child = job::start(&job.path(), &second, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
+    assert!(!status.success());
+    let text = read(&second);
+    assert!(text.contains("is not in the checkpoint store") && text.contains("refuses"), "unclear error:\n{text}");
+    assert_exact(&job, &input);
+}
