@@ -5,9 +5,9 @@
 use std::mem::MaybeUninit;
 
 use wasmtime::component::__internal::{
-    CanonicalAbiInfo, InstanceType, InterfaceType, LowerContext,
+    CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext, LowerContext,
 };
-use wasmtime::component::{ComponentType, Func, Instance, Lower, TypedFunc};
+use wasmtime::component::{ComponentType, Func, Instance, Lift, Lower, TypedFunc};
 use wasmtime::{AsContextMut, Store};
 
 use super::sandbox::HostState;
@@ -30,7 +30,7 @@ pub(super) use self::weir::operator::types;
 pub(super) struct ProcessFunc(Func);
 
 type ProcessParams<'a> = (WireBatch<'a>,);
-type ProcessResults = (Result<types::BatchResult, String>,);
+type ProcessResults = (Result<WireBatchResult, String>,);
 
 impl ProcessFunc {
     /// Looks `process` up in a fresh instance, checking its type against [`WireBatch`].
@@ -44,7 +44,7 @@ impl ProcessFunc {
         self,
         store: impl AsContextMut<Data = HostState>,
         batch: WireBatch<'_>,
-    ) -> wasmtime::Result<Result<types::BatchResult, String>> {
+    ) -> wasmtime::Result<Result<WireBatchResult, String>> {
         // SAFETY: `new` type-checked this function with the same parameter and
         // result types; only the borrow's lifetime differs, which the check ignores.
         let typed =
@@ -62,10 +62,21 @@ pub(super) struct WireBatch<'a> {
     headers: &'a [types::HeaderParam<'a>],
 }
 
-/// The host's own [`Entry`] lowered as a WIT `entry`, so a batch's entries go to
-/// the guest without an intermediate copy, and a whole list in one pass over
-/// guest memory: the derived lowering fetches the memory again for every field of
-/// every entry, which cost more per record than the rest of the call together.
+/// The WIT `batch` as the host lifts it from `process`: entries straight into
+/// the host's own [`Entry`] (see [`WireEntry`]), data as one buffer.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+pub(super) struct WireBatchResult {
+    data: Vec<u8>,
+    entries: Vec<WireEntry>,
+    headers: Vec<types::HeaderResult>,
+}
+
+/// The host's own [`Entry`] as a WIT `entry`, so a batch's entries cross without
+/// an intermediate copy. A list lowers in one pass over guest memory and each
+/// entry lifts from its 32 bytes directly: the derived code fetches the memory
+/// and computes the layout again for every field of every entry, which cost more
+/// per record than the rest of the call together.
 #[derive(Clone, Copy)]
 #[repr(transparent)]
 pub(super) struct WireEntry(Entry);
@@ -145,6 +156,35 @@ unsafe impl Lower for WireEntry {
     }
 }
 
+// SAFETY: as for `Lower`: the flat form delegates to the derived implementation,
+// and `decode_entry` reads the same layout `encode_entry` writes.
+unsafe impl Lift for WireEntry {
+    fn linear_lift_from_flat(
+        cx: &mut LiftContext<'_>,
+        ty: InterfaceType,
+        src: &Self::Lower,
+    ) -> wasmtime::Result<Self> {
+        let e = types::Entry::linear_lift_from_flat(cx, ty, src)?;
+        Ok(WireEntry(Entry {
+            has_key: e.has_key,
+            key_offset: e.key_offset,
+            key_len: e.key_len,
+            value_offset: e.value_offset,
+            value_len: e.value_len,
+            timestamp: e.timestamp,
+        }))
+    }
+
+    fn linear_lift_from_memory(
+        _cx: &mut LiftContext<'_>,
+        _ty: InterfaceType,
+        bytes: &[u8],
+    ) -> wasmtime::Result<Self> {
+        let bytes: &[u8; ENTRY_SIZE] = bytes.try_into()?;
+        Ok(WireEntry(decode_entry(bytes)))
+    }
+}
+
 /// One `entry` in the canonical ABI: little-endian fields at their aligned
 /// offsets (bool at 0, u32s at 4, 8, 12, 16, s64 at 24), padding zeroed.
 fn encode_entry(entry: &Entry) -> [u8; ENTRY_SIZE] {
@@ -156,6 +196,20 @@ fn encode_entry(entry: &Entry) -> [u8; ENTRY_SIZE] {
     bytes[16..20].copy_from_slice(&entry.value_len.to_le_bytes());
     bytes[24..32].copy_from_slice(&entry.timestamp.to_le_bytes());
     bytes
+}
+
+/// The inverse of [`encode_entry`]; any non-zero byte is `true`, as the
+/// canonical ABI lifts a bool.
+fn decode_entry(bytes: &[u8; ENTRY_SIZE]) -> Entry {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    Entry {
+        has_key: bytes[0] != 0,
+        key_offset: u32_at(4),
+        key_len: u32_at(8),
+        value_offset: u32_at(12),
+        value_len: u32_at(16),
+        timestamp: i64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes")),
+    }
 }
 
 /// Calls `f` with `batch` in wire form. Nothing is copied but the (rare)
@@ -177,8 +231,20 @@ pub(super) fn with_wire<R>(batch: &Batch, f: impl FnOnce(WireBatch<'_>) -> R) ->
     })
 }
 
-/// Takes ownership of a batch a guest returned; its data buffer moves, not copies.
-pub(super) fn from_wire(batch: types::BatchResult) -> Result<Batch, BatchError> {
+/// Takes ownership of a batch a guest returned from `process`; its buffers move,
+/// not copy.
+pub(super) fn from_wire(batch: WireBatchResult) -> Result<Batch, BatchError> {
+    // Same layout (`repr(transparent)`): collects in place, no allocation.
+    let entries = batch
+        .entries
+        .into_iter()
+        .map(|WireEntry(entry)| entry)
+        .collect();
+    Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers))
+}
+
+/// The same for the generated result type the other exports return.
+pub(super) fn from_generated(batch: types::BatchResult) -> Result<Batch, BatchError> {
     let entries = batch
         .entries
         .into_iter()
@@ -191,16 +257,18 @@ pub(super) fn from_wire(batch: types::BatchResult) -> Result<Batch, BatchError> 
             timestamp: e.timestamp,
         })
         .collect();
-    let headers = batch
-        .headers
+    Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers))
+}
+
+fn headers_from_wire(headers: Vec<types::HeaderResult>) -> Vec<Header> {
+    headers
         .into_iter()
         .map(|h| Header {
             entry: h.entry,
             name: h.name,
             value: h.value,
         })
-        .collect();
-    Batch::from_parts(batch.data, entries, headers)
+        .collect()
 }
 
 #[cfg(test)]
@@ -218,6 +286,7 @@ mod tests {
             timestamp: -2,
         };
         let bytes = encode_entry(&entry);
+        assert_eq!(decode_entry(&bytes), entry);
         assert_eq!(bytes[..4], [1, 0, 0, 0]);
         assert_eq!(bytes[4..8], [4, 3, 2, 1]);
         assert_eq!(bytes[8..20], [5, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0]);

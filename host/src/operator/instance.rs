@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap};
 
-use super::bindings::{Operator, ProcessFunc, from_wire, with_wire};
+use super::bindings::{Operator, ProcessFunc, from_generated, from_wire, with_wire};
 use super::error::{Call, OperatorError, OperatorId};
 use super::plugin::Plugin;
 use super::sandbox::HostState;
@@ -129,7 +129,7 @@ impl OperatorInstance {
         let output = self.call(Call::OnWatermark, |live| {
             live.operator.call_on_watermark(&mut live.store, watermark)
         })?;
-        from_wire(output).map_err(|problem| OperatorError::InvalidOutput {
+        from_generated(output).map_err(|problem| OperatorError::InvalidOutput {
             id: self.id.clone(),
             call: Call::OnWatermark,
             problem,
