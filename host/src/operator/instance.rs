@@ -40,6 +40,8 @@ pub struct OperatorInstance {
     config: Vec<(String, String)>,
     id: OperatorId,
     label: Arc<str>,
+    /// `limits.call_timeout` in epoch ticks, computed once: every call sets it.
+    deadline_ticks: u64,
     /// `None` only after a crash whose replacement failed; the next call retries.
     live: Option<Live>,
 }
@@ -106,6 +108,7 @@ impl OperatorInstance {
             config,
             id,
             label: label.into(),
+            deadline_ticks: plugin.runtime().deadline_ticks(limits.call_timeout),
             live: None,
         };
         instance.live = Some(instance.start()?);
@@ -176,11 +179,7 @@ impl OperatorInstance {
         }
         let live = self.live.as_mut().expect("an instance was just started");
         live.store.data_mut().begin_call();
-        live.store.set_epoch_deadline(
-            self.plugin
-                .runtime()
-                .deadline_ticks(self.limits.call_timeout),
-        );
+        live.store.set_epoch_deadline(self.deadline_ticks);
         match f(live) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(message)) => Err(OperatorError::Guest {
@@ -242,11 +241,7 @@ impl OperatorInstance {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         live.store.data_mut().begin_call();
-        live.store.set_epoch_deadline(
-            self.plugin
-                .runtime()
-                .deadline_ticks(self.limits.call_timeout),
-        );
+        live.store.set_epoch_deadline(self.deadline_ticks);
         let detail = match live.operator.call_init(&mut live.store, &config) {
             Ok(Ok(())) => return Ok(live),
             Ok(Err(message)) => format!("it returned an error: {message}"),
