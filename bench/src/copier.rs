@@ -1,0 +1,110 @@
+//! The physical limit: copies the input topic to the output topic in Kafka transactions,
+//! each committing the copied records with the input offsets (send_offsets_to_transaction)
+//! every interval. No parsing, no state: what any exactly-once job pays at least.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::topics;
+
+pub struct Copier<'a> {
+    pub brokers: &'a str,
+    pub input: &'a str,
+    pub output: &'a str,
+    pub partitions: i32,
+    /// Consumer group and transactional.id.
+    pub name: &'a str,
+    pub commit_every: Duration,
+}
+
+impl Copier<'_> {
+    /// Runs until killed.
+    pub fn run(&self) -> anyhow::Result<()> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.brokers)
+            .set("group.id", self.name)
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("fetch.max.bytes", "52428800")
+            .set("queued.min.messages", "200000")
+            .create()
+            .context("creating the copier's consumer")?;
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", self.brokers)
+            .set("transactional.id", self.name)
+            .set("linger.ms", "5")
+            .set("batch.size", "1000000")
+            .set("queue.buffering.max.messages", "500000")
+            .set("transaction.timeout.ms", "60000")
+            .create()
+            .context("creating the copier's producer")?;
+        producer.init_transactions(topics::WAIT).context("init_transactions")?;
+        let mut next = vec![-1i64; self.partitions as usize];
+        let mut assignment = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            assignment.add_partition_offset(self.input, p, Offset::Beginning)?;
+        }
+        consumer.assign(&assignment)?;
+        let group = consumer.group_metadata().context("the copier's consumer has no group metadata")?;
+
+        producer.begin_transaction()?;
+        let mut dirty = false;
+        let mut epoch_start = Instant::now();
+        loop {
+            if let Some(message) = consumer.poll(Duration::from_millis(20)) {
+                let message = message.with_context(|| format!("reading {}", self.input))?;
+                let p = message.partition();
+                let mut record = BaseRecord::to(self.output).partition(p);
+                if let Some(key) = message.key() {
+                    record = record.key(key);
+                }
+                if let Some(payload) = message.payload() {
+                    record = record.payload(payload);
+                }
+                if let Some(ts) = message.timestamp().to_millis() {
+                    record = record.timestamp(ts);
+                }
+                send(&producer, record)?;
+                next[p as usize] = message.offset() + 1;
+                dirty = true;
+            }
+            producer.poll(Duration::ZERO);
+            if epoch_start.elapsed() >= self.commit_every {
+                if dirty {
+                    let mut offsets = TopicPartitionList::new();
+                    for (p, &o) in next.iter().enumerate() {
+                        if o >= 0 {
+                            offsets.add_partition_offset(self.input, p as i32, Offset::Offset(o))?;
+                        }
+                    }
+                    producer.send_offsets_to_transaction(&offsets, &group, topics::WAIT).context("send_offsets_to_transaction")?;
+                    producer.commit_transaction(topics::WAIT).context("commit_transaction")?;
+                    producer.begin_transaction()?;
+                    dirty = false;
+                }
+                epoch_start = Instant::now();
+            }
+        }
+    }
+}
+
+fn send(producer: &BaseProducer, mut record: BaseRecord<'_, [u8], [u8]>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + topics::WAIT;
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if Instant::now() < deadline => {
+                record = back;
+                producer.poll(Duration::from_millis(1));
+            }
+            Err((e, back)) => bail!("producing to {}: {e}", back.topic),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The generator: produces the seeded workload (then one flush record per partition) as
+//! fast as the broker takes it, idempotently, and reports records/s.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::data::{self, Workload};
+use crate::topics;
+
+pub struct Report {
+    pub records: u64,
+    pub seconds: f64,
+    pub bytes: u64,
+}
+
+pub fn run(brokers: &str, topic: &str, workload: &Workload) -> anyhow::Result<Report> {
+    topics::create(brokers, topic, workload.partitions)?;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "10")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "500000")
+        .set("queue.buffering.max.kbytes", "262144")
+        .create()
+        .with_context(|| format!("creating a producer on {brokers}"))?;
+    let started = Instant::now();
+    let mut bytes = 0u64;
+    let step = (workload.records / 10).max(1);
+    for (i, rec) in workload.records().enumerate() {
+        let (key, value) = (data::key(rec.key), data::value(&rec));
+        bytes += (key.len() + value.len()) as u64;
+        send(&producer, BaseRecord::to(topic).partition(rec.partition).key(key.as_str()).payload(value.as_str()).timestamp(rec.ts))?;
+        if i % 1024 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+        if (i as u64 + 1) % step == 0 {
+            eprintln!("weir-bench gen: {} of {} records", i + 1, workload.records);
+        }
+    }
+    for p in 0..workload.partitions {
+        let value = data::flush_value(p);
+        let record = BaseRecord::to(topic).partition(p).key(data::FLUSH_KEY).payload(value.as_str()).timestamp(workload.flush_ts());
+        send(&producer, record)?;
+    }
+    producer.flush(topics::WAIT).with_context(|| format!("flushing the last records to {topic}"))?;
+    Ok(Report { records: workload.records, seconds: started.elapsed().as_secs_f64(), bytes })
+}
+
+/// Sends, waiting (bounded) while librdkafka's queue is full.
+fn send(producer: &BaseProducer, mut record: BaseRecord<'_, str, str>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + topics::WAIT;
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if Instant::now() < deadline => {
+                record = back;
+                producer.poll(Duration::from_millis(5));
+            }
+            Err((e, back)) => bail!("producing to {}/{:?}: {e}", back.topic, back.partition),
+        }
+    }
+}

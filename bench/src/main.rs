@@ -1,0 +1,182 @@
+//! `weir-bench`: the benchmark's programs. `gen` loads the seeded input, `copy` is the
+//! transactional copier (the physical limit), `measure` runs one system under the
+//! harness and appends its figures to a results file, `report` turns results into
+//! docs/benchmarks.md's table. `bench/run` drives them all.
+
+mod copier;
+mod data;
+mod generate;
+mod measure;
+mod procs;
+mod reference;
+mod report;
+mod topics;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "weir-bench", about = "weir's benchmark programs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Args, Clone, Copy)]
+struct WorkloadArgs {
+    /// Data records (plus one flush record per partition).
+    #[arg(long, default_value_t = 10_000_000)]
+    records: u64,
+    #[arg(long, default_value_t = 100_000)]
+    keys: u32,
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+impl WorkloadArgs {
+    fn workload(self) -> data::Workload {
+        data::Workload { records: self.records, keys: self.keys, partitions: self.partitions, seed: self.seed }
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create the input topic and load it with the seeded workload.
+    Gen {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// Append the generator's figures (JSON) here.
+        #[arg(long)]
+        results: Option<PathBuf>,
+    },
+    /// Copy input to output in transactions committed every --commit-ms (runs until killed).
+    Copy {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        input: String,
+        #[arg(long)]
+        output: String,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Consumer group and transactional.id.
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value_t = 1000)]
+        commit_ms: u64,
+    },
+    /// Run a system's command until its whole output is visible; measure and check it.
+    Measure {
+        #[arg(long)]
+        system: String,
+        #[arg(long, value_enum)]
+        kind: reference::Kind,
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        input: String,
+        #[arg(long)]
+        output: String,
+        /// The system's consumer group (copy: completion = its offsets at the input's end).
+        #[arg(long, default_value = "")]
+        group: String,
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        #[arg(long, default_value_t = 1800)]
+        timeout_s: u64,
+        #[arg(long)]
+        log: PathBuf,
+        /// Append the figures (JSON) here.
+        #[arg(long)]
+        results: PathBuf,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Write the results as a section of a Markdown file (replacing the previous one).
+    Report {
+        #[arg(long)]
+        results: PathBuf,
+        #[arg(long)]
+        markdown: PathBuf,
+        /// Free text under the table (machine, sizes).
+        #[arg(long, default_value = "")]
+        context: String,
+    },
+    /// Delete topics the run created.
+    DeleteTopics {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        topics: Vec<String>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Cmd::Gen { brokers, topic, workload, results } => {
+            let r = generate::run(&brokers, &topic, &workload.workload())?;
+            let rate = r.records as f64 / r.seconds;
+            eprintln!(
+                "weir-bench gen: {} records in {:.2} s: {:.0} records/s, {:.1} MB/s",
+                r.records,
+                r.seconds,
+                rate,
+                r.bytes as f64 / r.seconds / 1e6
+            );
+            if let Some(path) = results {
+                let line = serde_json::json!({"system": "generator", "records": r.records, "seconds": r.seconds, "records_per_s": rate, "correct": true});
+                report::append(&path, &line)?;
+            }
+            Ok(())
+        }
+        Cmd::Copy { brokers, input, output, partitions, name, commit_ms } => copier::Copier {
+            brokers: &brokers,
+            input: &input,
+            output: &output,
+            partitions,
+            name: &name,
+            commit_every: Duration::from_millis(commit_ms),
+        }
+        .run(),
+        Cmd::Measure { system, kind, brokers, input, output, group, workload, timeout_s, log, results, command } => {
+            let outcome = measure::run(&measure::Spec {
+                system: &system,
+                kind,
+                brokers: &brokers,
+                input: &input,
+                output: &output,
+                group: &group,
+                workload: workload.workload(),
+                timeout: Duration::from_secs(timeout_s),
+                log: &log,
+                command: &command,
+            })?;
+            eprintln!(
+                "weir-bench: {system}: {:.2} s, {:.0} records/s, {:.1} CPU s ({:.0} records/CPU-s), peak RSS {:.0} MiB, output {} ({} expected, {} seen, {} missing, {} unexpected){}",
+                outcome.seconds,
+                outcome.records_per_s,
+                outcome.cpu_s,
+                outcome.records_per_cpu_s,
+                outcome.peak_rss_mib,
+                if outcome.correct { "correct" } else { "WRONG" },
+                outcome.diff.expected,
+                outcome.diff.observed,
+                outcome.diff.missing,
+                outcome.diff.unexpected,
+                if outcome.note.is_empty() { String::new() } else { format!(": {}", outcome.note) },
+            );
+            report::append(&results, &serde_json::to_value(&outcome)?)?;
+            if outcome.correct { Ok(()) } else { std::process::exit(3) }
+        }
+        Cmd::Report { results, markdown, context } => report::write(&results, &markdown, &context),
+        Cmd::DeleteTopics { brokers, topics } => topics::delete(&brokers, &topics).context("deleting topics"),
+    }
+}

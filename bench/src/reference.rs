@@ -1,0 +1,95 @@
+//! The expected output of each benchmark job, computed from the seeded input, as a
+//! multiset of (key, value) pairs; and the exact comparison with what a system wrote.
+//! Pairs are held as 128-bit digests (sorted), so 10 M records fit in 160 MB.
+
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
+
+use crate::data::{self, Workload};
+
+/// Which job's output to expect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// 10 s tumbling count per key (`plugins/window-count`).
+    WindowCount,
+    /// Input copied unchanged (the transactional copier).
+    Copy,
+}
+
+pub const WINDOW_MS: i64 = 10_000;
+
+pub fn digest(key: &[u8], value: &[u8]) -> u128 {
+    let mut h = Sha256::new();
+    h.update((key.len() as u32).to_le_bytes());
+    h.update(key);
+    h.update(value);
+    u128::from_le_bytes(h.finalize()[..16].try_into().expect("16 bytes"))
+}
+
+/// The sorted digests of the expected output.
+pub fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
+    let mut out = match kind {
+        Kind::Copy => {
+            let mut out: Vec<u128> = workload
+                .records()
+                .map(|r| digest(data::key(r.key).as_bytes(), data::value(&r).as_bytes()))
+                .collect();
+            for p in 0..workload.partitions {
+                out.push(digest(data::FLUSH_KEY.as_bytes(), data::flush_value(p).as_bytes()));
+            }
+            out
+        }
+        Kind::WindowCount => {
+            let mut counts: HashMap<(u32, i64), u64> = HashMap::new();
+            for r in workload.records() {
+                *counts.entry((r.key, r.ts.div_euclid(WINDOW_MS) * WINDOW_MS)).or_default() += 1;
+            }
+            counts
+                .into_iter()
+                .map(|((key, start), n)| {
+                    let key = data::key(key);
+                    let value = format!(
+                        "{{\"key\":\"{key}\",\"window_start\":{start},\"window_end\":{},\"count\":{n}}}",
+                        start + WINDOW_MS
+                    );
+                    digest(key.as_bytes(), value.as_bytes())
+                })
+                .collect()
+        }
+    };
+    out.sort_unstable();
+    out
+}
+
+/// How an output differs from the expected multiset.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Diff {
+    pub expected: usize,
+    pub observed: usize,
+    pub missing: usize,
+    pub unexpected: usize,
+}
+
+impl Diff {
+    pub fn exact(&self) -> bool {
+        self.missing == 0 && self.unexpected == 0
+    }
+}
+
+/// Both sorted.
+pub fn compare(expected: &[u128], observed: &[u128]) -> Diff {
+    let mut diff = Diff { expected: expected.len(), observed: observed.len(), ..Diff::default() };
+    let (mut i, mut j) = (0, 0);
+    while i < expected.len() || j < observed.len() {
+        match (expected.get(i), observed.get(j)) {
+            (Some(e), Some(o)) if e == o => (i, j) = (i + 1, j + 1),
+            (Some(e), Some(o)) if e < o => (diff.missing, i) = (diff.missing + 1, i + 1),
+            (Some(_), Some(_)) | (None, Some(_)) => (diff.unexpected, j) = (diff.unexpected + 1, j + 1),
+            (Some(_), None) => (diff.missing, i) = (diff.missing + 1, i + 1),
+            (None, None) => unreachable!(),
+        }
+    }
+    diff
+}

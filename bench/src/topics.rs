@@ -1,0 +1,79 @@
+//! Kafka admin for the benchmark: create and delete its topics, read end offsets and a
+//! group's committed offsets. Every call has a deadline.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+fn admin(brokers: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
+    ClientConfig::new().set("bootstrap.servers", brokers).create().with_context(|| format!("connecting to {brokers}"))
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+pub fn create(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin = admin(brokers)?;
+    let new = [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))];
+    let results = runtime()?
+        .block_on(admin.create_topics(&new, &AdminOptions::new().operation_timeout(Some(WAIT))))
+        .with_context(|| format!("creating topic {topic} on {brokers}; is the broker up (scripts/kafka/kafka start)?"))?;
+    for result in results {
+        result.map_err(|(topic, code)| anyhow::anyhow!("creating topic {topic}: {code}"))?;
+    }
+    Ok(())
+}
+
+pub fn delete(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
+    let admin = admin(brokers)?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let results = runtime()?.block_on(admin.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(WAIT))))?;
+    for result in results {
+        if let Err((topic, code)) = result {
+            eprintln!("weir-bench: deleting topic {topic}: {code}");
+        }
+    }
+    Ok(())
+}
+
+pub fn consumer(brokers: &str, group: &str) -> anyhow::Result<BaseConsumer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .with_context(|| format!("creating a consumer on {brokers}"))
+}
+
+/// High watermark of each partition (the input is written without transactions, so this
+/// is its record count per partition).
+pub fn end_offsets(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<i64>> {
+    (0..partitions)
+        .map(|p| Ok(consumer.fetch_watermarks(topic, p, WAIT).with_context(|| format!("end offset of {topic}/{p}"))?.1))
+        .collect()
+}
+
+/// The offsets `group` committed on `topic` (-1 where none).
+pub fn committed(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<i64>> {
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition(topic, p);
+    }
+    let list = consumer.committed_offsets(list, WAIT).with_context(|| format!("committed offsets on {topic}"))?;
+    (0..partitions)
+        .map(|p| match list.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => Ok(o),
+            Some(_) => Ok(-1),
+            None => bail!("no committed offset entry for {topic}/{p}"),
+        })
+        .collect()
+}
