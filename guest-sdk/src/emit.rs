@@ -1,8 +1,6 @@
-//! Packs the records an operator emits into the output batch.
-//!
-//! Keys and values are copied once, straight into the batch's `data`;
-//! [`Emitter::emit_with`] even lets a value be written in place, so that formatting
-//! an output record allocates nothing of its own.
+//! Packs the records an operator emits into the output batch: keys and values are
+//! copied once, straight into its `data`, and [`Emitter::emit_with`] writes a value
+//! in place, so formatting an output record allocates nothing of its own.
 
 use std::fmt;
 use std::io;

@@ -1,9 +1,6 @@
-//! Versioned snapshots of an operator's state, taken at checkpoints.
-//!
-//! Layout: the magic `WGST`, one byte naming the body's encoding (1 = postcard), the
-//! state version as a little-endian u16, then the serde-encoded state. The version is
-//! the author's [`Operator::STATE_VERSION`](crate::Operator::STATE_VERSION): a
-//! snapshot of another version is refused unless the operator knows how to upgrade it.
+//! Versioned snapshots of an operator's state: the magic `WGST`, an encoding byte
+//! (1 = postcard), the author's state version as a little-endian u16, then the state.
+//! A snapshot of another version is refused unless the operator can upgrade it.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -1,10 +1,6 @@
-//! The store behind tumbling and sliding windows: windows of one fixed size, ordered
-//! by start, each holding one accumulator per key.
-//!
-//! It is the per-record hot path, so a lookup allocates nothing: a window keeps its
-//! keys back to back in one arena, and records mostly hit the newest window, which
-//! is searched first. Same-size windows ordered by start are ordered by end, so a
-//! watermark completes a prefix.
+//! The store behind tumbling and sliding windows: same-size windows ordered by start
+//! (hence by end: a watermark completes a prefix), each with one accumulator per key.
+//! On this per-record path a lookup allocates nothing and tries the newest window first.
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;

@@ -1,9 +1,6 @@
-//! Hashing and comparing keys on the per-record path, a word at a time.
-//!
-//! In Wasm, slice equality calls wasi-libc's byte-by-byte `memcmp`, and general
-//! hashers fall back to four multiplies where x86 has one 64x128 multiply; these
-//! use plain 64-bit operations, which Wasm has natively. The seed is fixed, so the
-//! same state behaves the same in every instance and no entropy is asked of the host.
+//! Hashing and comparing keys on the per-record path, a word at a time: in Wasm,
+//! slice comparison calls wasi-libc's byte-wise `memcmp` and general hashers emulate
+//! a 64x64->128 multiply. The seed is fixed: no entropy is asked of the host.
 
 const SEED: u64 = 0x243f_6a88_85a3_08d3;
 const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -67,8 +64,14 @@ pub(super) fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
             return x.cmp(&y);
         }
     }
+    // Fewer than eight bytes left in the shorter key: a loop, not a memcmp call.
     let done = a.len().min(b.len()) / 8 * 8;
-    a[done..].cmp(&b[done..])
+    for (x, y) in a[done..].iter().zip(&b[done..]) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 #[cfg(test)]

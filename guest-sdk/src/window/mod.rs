@@ -1,9 +1,6 @@
 //! Keyed event-time windows fired by watermarks: tumbling, sliding and session.
-//!
-//! Each helper keeps one accumulator per (window, key), hands back the accumulators of
-//! the windows a watermark completes ordered by window end, then key bytes (then start),
-//! and serializes in a canonical order, so output and snapshots are reproducible
-//! across snapshot and restore.
+//! Fired windows come by end, then key bytes, and state serializes in a canonical
+//! order, so output and snapshots are reproducible across snapshot and restore.
 
 mod fixed;
 mod key;

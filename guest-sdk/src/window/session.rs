@@ -1,8 +1,6 @@
-//! Session windows: per key, records closer than a gap form one session, which
-//! completes once the watermark passes its last record plus the gap.
-//!
-//! Completion is tracked by lazy timers: each key holds one timer no later than its
-//! earliest session end, so a record that only extends a session touches no queue.
+//! Session windows: per key, records closer than a gap form one session, complete
+//! once the watermark passes its last record plus the gap. Lazy timers (one per key,
+//! never later than its earliest session end) keep extending a session queue-free.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

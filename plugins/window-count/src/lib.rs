@@ -1,8 +1,6 @@
-//! Counts records per key in tumbling event-time windows aligned to epoch 0.
-//!
-//! When the watermark reaches a window's end it emits one record per (key, window):
-//! key = the key, value = `{"key":"<key>","window_start":<ms>,"window_end":<ms>,"count":<n>}`,
-//! timestamp = window end - 1. Records without a key count under the empty key.
+//! Counts records per key in tumbling event-time windows aligned to epoch 0, and
+//! emits one JSON record per (key, window) once the watermark passes the window's
+//! end. The exact output format is in `plugins/README.md`; tests rely on it.
 
 use weir_guest::window::TumblingWindows;
 use weir_guest::{Config, Emitter, Error, Operator, Records};
