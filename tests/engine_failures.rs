@@ -115,30 +115,8 @@ fn poison_job(prefix: &str, dead_letter: bool) -> (JobDir, Vec<clicks::Input>, S
     support::create_topic(&job.output, PARTITIONS);
     support::create_topic(&dlq, 1);
     let sink_extra = if dead_letter { format!("dead_letter_topic = \"{dlq}\"") } else { String::new() };
-    job.write(
-        2,
-        200,
-        &format!(
-            r#"
-[source]
-brokers = "{brokers}"
-topic = "{input}"
-
-[[operators]]
-name = "passthrough"
-plugin = "{plugin}"
-
-[sink]
-brokers = "{brokers}"
-topic = "{output}"
-{sink_extra}
-"#,
-            brokers = support::brokers(),
-            input = job.input,
-            output = job.output,
-            plugin = support::plugin("bad-trap").display(),
-        ),
-    );
+    let plugin = support::plugin("bad-trap");
+    job.one_operator(2, 200, ("passthrough", &plugin, false), "", &sink_extra);
     let input: Vec<clicks::Input> = (0..2_000)
         .map(|i| {
             let value = if i % 500 == 250 { "poison".to_string() } else { format!("record-{i}") };

@@ -32,8 +32,22 @@ impl JobDir {
     }
 
     /// A window-count job from `input` to `output`.
-    pub fn window_count(&self, parallelism: u32, checkpoint_interval_ms: u64, window_ms: u64, extra_sink: &str) {
+    pub fn window_count(&self, parallelism: u32, checkpoint_interval_ms: u64, window_ms: u64, sink_extra: &str) {
+        let config = format!("[operators.config]\nwindow_ms = \"{window_ms}\"\n");
         let plugin = super::plugin("window-count");
+        self.one_operator(parallelism, checkpoint_interval_ms, ("count", &plugin, true), &config, sink_extra);
+    }
+
+    /// A job of one operator `(name, plugin, key_by)` from `input` to `output`;
+    /// `operator_extra` and `sink_extra` are TOML lines added to those tables.
+    pub fn one_operator(
+        &self,
+        parallelism: u32,
+        checkpoint_interval_ms: u64,
+        (name, plugin, key_by): (&str, &Path, bool),
+        operator_extra: &str,
+        sink_extra: &str,
+    ) {
         self.write(
             parallelism,
             checkpoint_interval_ms,
@@ -44,16 +58,14 @@ brokers = "{brokers}"
 topic = "{input}"
 
 [[operators]]
-name = "count"
+name = "{name}"
 plugin = "{plugin}"
-key_by = true
-[operators.config]
-window_ms = "{window_ms}"
-
+key_by = {key_by}
+{operator_extra}
 [sink]
 brokers = "{brokers}"
 topic = "{output}"
-{extra_sink}
+{sink_extra}
 "#,
                 brokers = super::brokers(),
                 input = self.input,

@@ -14,7 +14,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
-use crate::batch::Batch;
+use crate::batch::{Batch, RecordRef};
 use crate::checkpoint::Event;
 use crate::engine::TaskFailure;
 use crate::engine::message::{DeadLetter, Message};
@@ -150,17 +150,7 @@ impl Sink {
 
     pub fn send(&self, batch: &Batch) -> Result<(), SinkError> {
         for record in batch.iter() {
-            let headers = record.headers().fold(OwnedHeaders::new(), |headers, (key, value)| {
-                headers.insert(Header { key, value: Some(value) })
-            });
-            let mut message = BaseRecord::<[u8], [u8]>::to(&self.topic)
-                .payload(record.value)
-                .timestamp(record.timestamp)
-                .headers(headers);
-            if let Some(key) = record.key {
-                message = message.key(key);
-            }
-            self.enqueue(message)?;
+            self.produce(&self.topic, record, &[])?;
         }
         Ok(())
     }
@@ -173,30 +163,33 @@ impl Sink {
             let origin = letter.records.origins.get(index);
             let partition = origin.map(|o| o.partition.to_string()).unwrap_or_default();
             let offset = origin.map(|o| o.offset.to_string()).unwrap_or_default();
-            let mut headers = OwnedHeaders::new();
-            for (key, value) in record.headers() {
-                headers = headers.insert(Header { key, value: Some(value) });
-            }
-            let meta: [(&str, &str); 5] = [
+            let why: [(&str, &str); 5] = [
                 ("weir.error", &letter.error),
                 ("weir.operator", &letter.operator),
                 ("weir.source.topic", source_topic),
                 ("weir.source.partition", &partition),
                 ("weir.source.offset", &offset),
             ];
-            for (key, value) in meta {
-                headers = headers.insert(Header { key, value: Some(value.as_bytes()) });
-            }
-            let mut message = BaseRecord::<[u8], [u8]>::to(topic)
-                .payload(record.value)
-                .timestamp(record.timestamp)
-                .headers(headers);
-            if let Some(key) = record.key {
-                message = message.key(key);
-            }
-            self.enqueue(message)?;
+            self.produce(topic, record, &why)?;
         }
         Ok(())
+    }
+
+    /// Hands one record, its headers and `extra_headers` to the producer.
+    fn produce(&self, topic: &str, record: RecordRef<'_>, extra_headers: &[(&str, &str)]) -> Result<(), SinkError> {
+        let extra = extra_headers.iter().map(|(key, value)| (*key, value.as_bytes()));
+        let headers = record
+            .headers()
+            .chain(extra)
+            .fold(OwnedHeaders::new(), |headers, (key, value)| headers.insert(Header { key, value: Some(value) }));
+        let mut message = BaseRecord::<[u8], [u8]>::to(topic)
+            .payload(record.value)
+            .timestamp(record.timestamp)
+            .headers(headers);
+        if let Some(key) = record.key {
+            message = message.key(key);
+        }
+        self.enqueue(message)
     }
 
     fn enqueue<'a>(&self, mut message: BaseRecord<'a, [u8], [u8]>) -> Result<(), SinkError> {
