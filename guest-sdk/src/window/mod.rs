@@ -11,7 +11,7 @@ mod tumbling;
 use serde::{Deserialize, Serialize};
 
 pub use session::SessionWindows;
-pub use sliding::SlidingWindows;
+pub use sliding::{MAX_WINDOWS_PER_RECORD, SlidingWindows};
 pub use tumbling::TumblingWindows;
 
 /// An event-time interval `[start, end)` in epoch milliseconds.
