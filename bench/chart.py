@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 LABELS = {
     "copier": "copier\n(limit)",
+    "weir-pass": "weir pass-through\nexactly-once",
     "weir": "weir\nexactly-once",
     "weir-alo": "weir\nat-least-once",
     "flink": "Flink 2.2.1\nexactly-once",
@@ -35,7 +36,7 @@ def main(results, out):
         ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
         ax.margins(y=0.15)
-    fig.suptitle(f"10 s window count per key, {rows[0]['records']:,} records, parallelism 2, checkpoints every 1 s")
+    fig.suptitle(f"copy / pass-through and 10 s window count per key, {rows[0]['records']:,} records, parallelism 2, checkpoints every 1 s")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 

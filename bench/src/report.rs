@@ -24,6 +24,7 @@ fn label(system: &str) -> &str {
     match system {
         "generator" => "generator (idempotent producer, no transactions)",
         "copier" => "transactional copier (physical limit, no processing)",
+        "weir-pass" => "weir pass-through (stateless), exactly-once",
         "weir" => "weir window-count, exactly-once",
         "weir-alo" => "weir window-count, at-least-once",
         "flink" => "Flink 2.2.1 window count, exactly-once",
@@ -76,7 +77,7 @@ pub fn write(results: &Path, markdown: &Path, context: &str) -> anyhow::Result<(
         (Some(x), Some(y)) if y > 0.0 => Some(x / y),
         _ => None,
     };
-    let (weir, flink, copier) = (find("weir"), find("flink"), find("copier"));
+    let (weir, flink, copier, pass) = (find("weir"), find("flink"), find("copier"), find("weir-pass"));
     let line = |what: &str, value: Option<f64>, target: &str, met: Option<bool>| {
         let v = value.map(|v| format!("{v:.2}")).unwrap_or_else(|| "not measured".into());
         let m = match met {
@@ -90,6 +91,8 @@ pub fn write(results: &Path, markdown: &Path, context: &str) -> anyhow::Result<(
     s.push_str(&line("weir / Flink records/s", r, "≥ 3", r.map(|r| r >= 3.0)));
     let r = ratio(weir, flink, "peak_rss_mib");
     s.push_str(&line("weir / Flink peak RSS", r, "≤ 0.20", r.map(|r| r <= 0.2)));
+    let r = ratio(pass, copier, "records_per_s");
+    s.push_str(&line("weir pass-through / copier records/s", r, "≥ 0.80", r.map(|r| r >= 0.8)));
     let r = ratio(weir, copier, "records_per_s");
     s.push_str(&line("weir window-count / copier records/s", r, "≥ 0.80", r.map(|r| r >= 0.8)));
     let r = ratio(weir, flink, "records_per_cpu_s");
