@@ -12,6 +12,7 @@ LABELS = {
     "copier": "copier\n(limit)",
     "weir-pass": "weir pass-through\nexactly-once",
     "weir": "weir\nexactly-once",
+    "weir-100ms": "weir\n100 ms ckpt",
     "weir-alo": "weir\nat-least-once",
     "flink": "Flink 2.2.1\nexactly-once",
 }
@@ -19,7 +20,7 @@ LABELS = {
 
 def main(results, out):
     rows = [json.loads(line) for line in open(results) if line.strip()]
-    rows = [r for r in rows if r.get("system") in LABELS and r.get("correct")]
+    rows = [r for r in rows if r.get("system") in LABELS and r.get("kind") != "latency" and r.get("correct")]
     if not rows:
         sys.exit("no correct results to chart")
     names = [LABELS[r["system"]] for r in rows]

@@ -6,6 +6,7 @@
 mod copier;
 mod data;
 mod generate;
+mod latency;
 mod measure;
 mod procs;
 mod reference;
@@ -111,6 +112,33 @@ enum Cmd {
         #[arg(long, default_value = "")]
         context: String,
     },
+    /// Start a system, produce at a fixed rate with event time = now, and report the
+    /// p50/p99 time from a window's closing record to its result being visible.
+    Latency {
+        #[arg(long)]
+        system: String,
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        input: String,
+        #[arg(long)]
+        output: String,
+        #[arg(long, default_value_t = 50_000)]
+        rate: u64,
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        #[arg(long, default_value_t = 15)]
+        warmup_s: u64,
+        /// Only recorded with the figures.
+        #[arg(long)]
+        checkpoint_ms: u64,
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long)]
+        results: PathBuf,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Delete topics the run created.
     DeleteTopics {
         #[arg(long, default_value = "127.0.0.1:9092")]
@@ -175,6 +203,24 @@ fn main() -> anyhow::Result<()> {
             );
             report::append(&results, &serde_json::to_value(&outcome)?)?;
             if outcome.correct { Ok(()) } else { std::process::exit(3) }
+        }
+        Cmd::Latency { system, brokers, input, output, rate, seconds, warmup_s, checkpoint_ms, log, results, command } => {
+            let workload = data::Workload { records: rate * seconds, keys: 100_000, partitions: 4, seed: 7 };
+            let figures = latency::run(&latency::Spec {
+                system: &system,
+                brokers: &brokers,
+                input: &input,
+                output: &output,
+                workload,
+                rate,
+                seconds,
+                warmup: Duration::from_secs(warmup_s),
+                checkpoint_ms,
+                log: &log,
+                command: &command,
+            })?;
+            eprintln!("weir-bench: latency {system}: {figures}");
+            report::append(&results, &figures)
         }
         Cmd::Report { results, markdown, context } => report::write(&results, &markdown, &context),
         Cmd::DeleteTopics { brokers, topics } => topics::delete(&brokers, &topics).context("deleting topics"),

@@ -173,7 +173,7 @@ fn wait_complete(
 }
 
 /// SIGTERM to the process group, SIGKILL after 20 s.
-fn stop_group(child: &mut Child, pid: i32) {
+pub fn stop_group(child: &mut Child, pid: i32) {
     // SAFETY: kill(2) on the process group we created.
     unsafe { libc::kill(-pid, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(20);

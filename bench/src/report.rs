@@ -26,6 +26,7 @@ fn label(system: &str) -> &str {
         "copier" => "transactional copier (physical limit, no processing)",
         "weir-pass" => "weir pass-through (stateless), exactly-once",
         "weir" => "weir window-count, exactly-once",
+        "weir-100ms" => "weir window-count, exactly-once, checkpoints every 100 ms",
         "weir-alo" => "weir window-count, at-least-once",
         "flink" => "Flink 2.2.1 window count, exactly-once",
         other => other,
@@ -51,7 +52,7 @@ pub fn write(results: &Path, markdown: &Path, context: &str) -> anyhow::Result<(
     }
     s.push_str("| system | records | drain s | records/s | CPU s | records/CPU-s | peak RSS MiB | output |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---|\n");
-    for r in &rows {
+    for r in rows.iter().filter(|r| r["kind"] != "latency") {
         let system = r["system"].as_str().unwrap_or("?");
         let records = r["records"].as_u64().unwrap_or(0);
         let cell = |k: &str, digits: usize| f(r, k).map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "–".into());
@@ -95,8 +96,28 @@ pub fn write(results: &Path, markdown: &Path, context: &str) -> anyhow::Result<(
     s.push_str(&line("weir pass-through / copier records/s", r, "≥ 0.80", r.map(|r| r >= 0.8)));
     let r = ratio(weir, copier, "records_per_s");
     s.push_str(&line("weir window-count / copier records/s", r, "≥ 0.80", r.map(|r| r >= 0.8)));
+    let r = ratio(find("weir-100ms"), weir, "records_per_s");
+    s.push_str(&line("weir records/s, 100 ms / 1 s checkpoints", r, "≥ 0.85", r.map(|r| r >= 0.85)));
+    let p99 = rows.iter().rev().find(|r| r["kind"] == "latency" && r["system"] == "weir" && r["checkpoint_ms"] == 100).and_then(|r| f(r, "p99_ms"));
+    s.push_str(&line("weir p99 visibility at 100 ms checkpoints, ms", p99, "≤ 200", p99.map(|p| p <= 200.0)));
     let r = ratio(weir, flink, "records_per_cpu_s");
     s.push_str(&line("weir / Flink records per CPU-second", r, "none", None));
+    let latency: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "latency").collect();
+    if !latency.is_empty() {
+        s.push_str("\n### Visibility latency\n\nThe same window count with 1 s windows (so that a run has many windows), input produced at a fixed rate \
+            with event time = the wall-clock time of production. Latency of a result = when it is visible to a read_committed \
+            consumer − its window's end, i.e. the time from producing the record that closes the window (advances the \
+            watermark past its end) to the window's result being visible. Every result record is a sample; windows that \
+            ended in the first 3 s are skipped.\n\n");
+        s.push_str("| system | checkpoint interval | input records/s (target / achieved) | results | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|---:|\n");
+        for r in latency {
+            let n = |k: &str| f(r, k).map(|x| format!("{x:.0}")).unwrap_or_else(|| "–".into());
+            s.push_str(&format!(
+                "| {} | {} ms | {} / {} | {} | {} | {} | {} |\n",
+                r["system"].as_str().unwrap_or("?"), n("checkpoint_ms"), n("rate"), n("achieved_rate"), n("samples"), n("p50_ms"), n("p99_ms"), n("max_ms")
+            ));
+        }
+    }
     s.push_str(&format!("\n![throughput](benchmarks-throughput.png)\n{END}\n"));
 
     let old = std::fs::read_to_string(markdown).unwrap_or_else(|_| "# Benchmarks\n".into());

@@ -27,16 +27,16 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 
 public final class WindowCount {
-    private static final long WINDOW_MS = 10_000;
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 6) {
-            System.err.println("usage: WindowCount <brokers> <input-topic> <output-topic> <job-name> <parallelism> <checkpoint-interval-ms>");
+        if (args.length != 6 && args.length != 7) {
+            System.err.println("usage: WindowCount <brokers> <input-topic> <output-topic> <job-name> <parallelism> <checkpoint-interval-ms> [window-ms, default 10000]");
             System.exit(2);
         }
         String brokers = args[0], input = args[1], output = args[2], name = args[3];
         int parallelism = Integer.parseInt(args[4]);
         long checkpointMs = Long.parseLong(args[5]);
+        long windowMs = args.length == 7 ? Long.parseLong(args[6]) : 10_000;
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(parallelism);
@@ -64,7 +64,7 @@ public final class WindowCount {
         // Event time is the Kafka record timestamp (the source attaches it); no assigner needed.
         env.fromSource(source, WatermarkStrategy.<String>forMonotonousTimestamps(), "kafka")
                 .keyBy(key -> key)
-                .window(TumblingEventTimeWindows.of(Duration.ofMillis(WINDOW_MS)))
+                .window(TumblingEventTimeWindows.of(Duration.ofMillis(windowMs)))
                 .aggregate(new Count(), new Format())
                 .sinkTo(sink);
         env.execute(name);
