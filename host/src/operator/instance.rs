@@ -46,6 +46,14 @@ pub struct OperatorInstance {
     live: Option<Live>,
 }
 
+// The engine moves each instance to its subtask's thread and shares plugins.
+const _: () = {
+    const fn send<T: Send>() {}
+    const fn send_sync<T: Send + Sync>() {}
+    send::<OperatorInstance>();
+    send_sync::<Plugin>();
+};
+
 struct Live {
     store: Store<HostState>,
     operator: Operator,
