@@ -30,6 +30,11 @@ const MAX_LINE_BYTES: usize = 4096;
 /// message lands there).
 const OUTPUT_TAIL_BYTES: usize = 2048;
 
+/// Most host-side WASI resources (streams, pollables) one instance may hold at
+/// once: they live in host memory, outside the linear-memory cap. A plugin needs
+/// a handful; the bound stops one from filling the host until its deadline.
+const MAX_HOST_RESOURCES: usize = 4096;
+
 /// Most tables and elements a guest may create: generous for any real plugin.
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
@@ -57,9 +62,11 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_HOST_RESOURCES);
         Self {
             wasi,
-            table: ResourceTable::new(),
+            table,
             memory: MemoryCap::new(memory_bytes),
             output,
             label,
