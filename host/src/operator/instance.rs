@@ -11,6 +11,7 @@ use super::bindings::{Operator, ProcessFunc, from_generated, from_wire, with_wir
 use super::error::{Call, OperatorError, OperatorId};
 use super::plugin::Plugin;
 use super::sandbox::HostState;
+use super::stdio;
 use crate::batch::Batch;
 
 /// What one operator instance may use.
@@ -193,7 +194,7 @@ impl OperatorInstance {
             Ok(Err(message)) => Err(OperatorError::Guest {
                 id: self.id.clone(),
                 call,
-                message,
+                message: stdio::cut(&message).to_owned(),
             }),
             Err(err) => {
                 let crash = diagnose(&err, live.store.data());
@@ -252,7 +253,7 @@ impl OperatorInstance {
         live.store.set_epoch_deadline(self.deadline_ticks);
         let detail = match live.operator.call_init(&mut live.store, &config) {
             Ok(Ok(())) => return Ok(live),
-            Ok(Err(message)) => format!("it returned an error: {message}"),
+            Ok(Err(message)) => format!("it returned an error: {}", stdio::cut(&message)),
             Err(err) => describe(diagnose(&err, live.store.data()), self.limits),
         };
         Err(OperatorError::Init {

@@ -11,9 +11,11 @@ mod cache;
 mod contract;
 mod error;
 mod instance;
+mod memory;
 mod plugin;
 mod runtime;
 mod sandbox;
+mod stdio;
 
 pub use contract::{EXPORTS, PACKAGE, compatible, host_version};
 pub use error::{Call, OperatorError, OperatorId, PluginError};
