@@ -262,3 +262,27 @@ fn a_checkpoint_missing_from_the_store_refuses_to_start() {
     assert!(text.contains("is not in the checkpoint store") && text.contains("refuses"), "unclear error:\n{text}");
     assert_exact(&job, &input);
 }
+
+#[test]
+fn records_deleted_past_the_checkpoint_stop_the_job_instead_of_being_skipped() {
+    let (job, input) = window_count_job("retention", 2_000);
+    let log = log_of(&job, "first.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+
+    // More input arrives and is deleted before the job reads it.
+    let later: Vec<clicks::Input> = (0..100).map(|i| (0, b"late".to_vec(), b"{}".to_vec(), clicks::FLUSH_MS + i)).collect();
+    support::produce(&job.input, &later);
+    let end = input.iter().filter(|r| r.0 == 0).count() as i64 + later.len() as i64;
+    support::delete_records(&job.input, 0, end - 10);
+
+    let second = log_of(&job, "second.log");
+    let mut child = job::start(&job.path(), &second, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must stop by itself");
+    assert!(!status.success());
+    let text = read(&second);
+    assert!(text.contains("no longer on") && text.contains(&job.input), "unclear error:\n{text}");
+    assert_exact(&job, &input);
+}

@@ -226,3 +226,18 @@ impl Tail {
         true
     }
 }
+
+/// Deletes the records of `partition` below `before`, as retention would.
+pub fn delete_records(topic: &str, partition: i32, before: i64) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("admin client");
+    let mut offsets = TopicPartitionList::new();
+    offsets.add_partition_offset(topic, partition, Offset::Offset(before)).expect("offsets");
+    let options = AdminOptions::new().operation_timeout(Some(WAIT));
+    let result = block_on(admin.delete_records(&offsets, &options)).expect("delete_records");
+    for element in result.elements() {
+        element.error().unwrap_or_else(|e| panic!("deleting records of {topic}/{partition}: {e}"));
+    }
+}

@@ -58,6 +58,8 @@ pub enum TaskFailure {
     Recovery(RecoveryError),
     #[error("{0}")]
     Incompatible(String),
+    #[error("{0}")]
+    OffsetLost(String),
 }
 
 impl TaskFailure {
@@ -68,7 +70,7 @@ impl TaskFailure {
     /// Failures a restart cannot cure: the job must stop and say why.
     fn is_fatal(&self) -> bool {
         match self {
-            TaskFailure::Poison { .. } | TaskFailure::Incompatible(_) => true,
+            TaskFailure::Poison { .. } | TaskFailure::Incompatible(_) | TaskFailure::OffsetLost(_) => true,
             TaskFailure::Sink(e) => e.is_fenced(),
             TaskFailure::Store(e) => !matches!(e, StoreError::Rocks { .. }),
             TaskFailure::Recovery(e) => !matches!(e, RecoveryError::Unreachable { .. } | RecoveryError::Offsets { .. }),

@@ -77,6 +77,9 @@ pub fn consumer(brokers: &str, group: &str, extra: &BTreeMap<String, String>) ->
         .set("enable.auto.offset.store", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "false")
+        // A checkpointed offset the broker no longer has (deleted by retention) must
+        // stop the job, never silently skip to the end of the partition.
+        .set("auto.offset.reset", "error")
         .create()
 }
 
@@ -137,7 +140,7 @@ impl SourceTask {
         while records.batch.len() < BATCH_RECORDS && records.batch.data_len() < BATCH_BYTES {
             let Some(polled) = self.consumer.poll(wait) else { break };
             wait = Duration::ZERO;
-            let message = polled.map_err(|e| self.kafka_failure("reading", e))?;
+            let message = polled.map_err(|e| self.read_failure(e))?;
             let partition = message.partition();
             let timestamp = message.timestamp().to_millis().unwrap_or(0);
             let headers: Vec<(&str, &[u8])> = message
@@ -223,6 +226,18 @@ impl SourceTask {
 
     fn send(&self, target: usize, message: Message) -> Result<(), TaskFailure> {
         self.outputs[target].send(message).map_err(|_| TaskFailure::Stopped)
+    }
+
+    fn read_failure(&self, error: rdkafka::error::KafkaError) -> TaskFailure {
+        if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) {
+            return TaskFailure::OffsetLost(format!(
+                "source {} of topic {}: {error}; the records after the last checkpoint are no longer on \
+                 the broker (deleted by retention, or the topic was recreated); weir stops rather than \
+                 skip them: restore the data, or reset the job's consumer group to start over deliberately",
+                self.index, self.topic
+            ));
+        }
+        self.kafka_failure("reading", error)
     }
 
     fn kafka_failure(&self, doing: &str, error: rdkafka::error::KafkaError) -> TaskFailure {
