@@ -3,6 +3,7 @@
 
 mod cli;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -12,6 +13,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: logs redirected to files stay plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )

@@ -55,8 +55,12 @@ pub enum Outcome {
 
 impl Coordinator<'_> {
     pub fn run(&mut self) -> Result<Outcome, TaskFailure> {
+        let mut due = Instant::now() + self.interval;
         loop {
-            let stopping = self.idle(self.interval)?;
+            let stopping = self.idle_until(due)?;
+            // The interval runs from one barrier to the next, as in Flink: a checkpoint
+            // that took part of it does not delay the next one.
+            due = Instant::now() + self.interval;
             let n = self.next;
             self.checkpoint(n)?;
             self.next += 1;
@@ -66,10 +70,9 @@ impl Coordinator<'_> {
         }
     }
 
-    /// Waits out the interval; a task failure ends the wait. Returns true when a stop
-    /// was requested (a final checkpoint is then due at once).
-    fn idle(&self, interval: Duration) -> Result<bool, TaskFailure> {
-        let due = Instant::now() + interval;
+    /// Waits until `due`; a task failure ends the wait. Returns true when a stop was
+    /// requested (a final checkpoint is then due at once).
+    fn idle_until(&self, due: Instant) -> Result<bool, TaskFailure> {
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(true);

@@ -97,6 +97,10 @@ fn is_fencing(error: &KafkaError) -> bool {
             None => return false,
         },
     };
+    is_fencing_code(code)
+}
+
+fn is_fencing_code(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,
         RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
@@ -261,7 +265,10 @@ impl Sink {
     }
 
     fn error(&self, doing: &'static str, source: KafkaError) -> SinkError {
-        if is_fencing(&source) {
+        // A send that fails with a fatal error says only "Fatal"; the producer knows why.
+        let fenced = is_fencing(&source)
+            || self.producer.client().fatal_error().is_some_and(|(code, _)| is_fencing_code(code));
+        if fenced {
             SinkError::Fenced { job: self.job.clone(), source }
         } else {
             SinkError::Kafka { topic: self.topic.clone(), doing, source }
