@@ -32,8 +32,6 @@ impl Copier<'_> {
             .set("group.id", self.name)
             .set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
-            .set("fetch.max.bytes", "52428800")
-            .set("queued.min.messages", "200000")
             .create()
             .context("creating the copier's consumer")?;
         let producer: BaseProducer = ClientConfig::new()

@@ -78,6 +78,7 @@ pub fn watch(brokers: &str, topic: &str, partitions: i32, seconds: u64, skip_bef
     consumer.assign(&list)?;
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut lat = Vec::new();
+    let mut errors = 0u32;
     while Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(20)) {
             Some(Ok(m)) => {
@@ -89,7 +90,7 @@ pub fn watch(brokers: &str, topic: &str, partitions: i32, seconds: u64, skip_bef
                 }
             }
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
-            Some(Err(e)) => bail!("reading {topic}: {e}"),
+            Some(Err(e)) => crate::measure::transient(&mut errors, &e, topic)?,
         }
     }
     if lat.is_empty() {

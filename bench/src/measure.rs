@@ -137,6 +137,7 @@ fn wait_complete(
     started: Instant,
 ) -> anyhow::Result<()> {
     let mut seen = 0usize;
+    let mut errors = 0u32;
     let group = match spec.kind {
         Kind::Copy => Some(topics::consumer(spec.brokers, spec.group)?),
         Kind::WindowCount => None,
@@ -154,7 +155,7 @@ fn wait_complete(
                     match message {
                         Ok(_) => seen += 1,
                         Err(KafkaError::PartitionEOF(_)) => {}
-                        Err(e) => bail!("watching {}: {e}", spec.output),
+                        Err(e) => transient(&mut errors, &e, spec.output)?,
                     }
                 }
                 if seen >= expected {
@@ -199,6 +200,7 @@ pub fn read_all(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<V
     let mut at_end = vec![false; partitions as usize];
     let mut out = Vec::new();
     let mut quiet_since = Instant::now();
+    let mut errors = 0u32;
     let deadline = Instant::now() + Duration::from_secs(600);
     while Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(100)) {
@@ -208,7 +210,7 @@ pub fn read_all(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<V
                 quiet_since = Instant::now();
             }
             Some(Err(KafkaError::PartitionEOF(p))) => at_end[p as usize] = true,
-            Some(Err(e)) => bail!("reading {topic}: {e}"),
+            Some(Err(e)) => transient(&mut errors, &e, topic)?,
             None => {}
         }
         if at_end.iter().all(|&e| e) && quiet_since.elapsed() > Duration::from_secs(1) {
@@ -217,4 +219,16 @@ pub fn read_all(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<V
         }
     }
     bail!("reading {topic} did not reach its end within 600 s")
+}
+
+/// librdkafka reports connection hiccups (e.g. an idle connection the broker closed) as
+/// consumption errors and then recovers by itself: tolerate a bounded number of them.
+pub fn transient(errors: &mut u32, e: &KafkaError, topic: &str) -> anyhow::Result<()> {
+    const MAX_ERRORS: u32 = 100;
+    *errors += 1;
+    eprintln!("weir-bench: reading {topic}: {e} (retrying)");
+    if *errors > MAX_ERRORS {
+        bail!("reading {topic}: {e}, and {MAX_ERRORS} errors before it");
+    }
+    Ok(())
 }
