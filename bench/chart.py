@@ -30,12 +30,13 @@ def main(results, out):
         ("records per CPU-second", [r["records_per_cpu_s"] for r in rows]),
         ("peak RSS (MiB)", [r["peak_rss_mib"] for r in rows]),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 5))
     for ax, (title, values) in zip(axes, panels):
         bars = ax.bar(names, values, color=colors)
         ax.set_title(title)
         ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
-        ax.tick_params(axis="x", labelsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        plt.setp(ax.get_xticklabels(), rotation=35, ha="right")
         ax.margins(y=0.15)
     fig.suptitle(f"copy / pass-through and 10 s window count per key, {rows[0]['records']:,} records, parallelism 2, checkpoints every 1 s")
     fig.tight_layout()
