@@ -107,6 +107,15 @@ fn a_takeover_fences_the_old_instance_and_the_output_stays_exact() {
     assert_exact(&job, &input);
 }
 
+/// Runs the window-count job until its whole output is committed, then stops it.
+fn finish_window_count(job: &JobDir, input: &[clicks::Input], log_name: &str) {
+    let log = log_of(job, log_name);
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(clicks::window_counts(input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", read(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
+}
+
 /// A pass-through job with the plugin that panics on the value `poison`.
 fn poison_job(prefix: &str, dead_letter: bool) -> (JobDir, Vec<clicks::Input>, String) {
     let job = job::job_dir(prefix);
@@ -211,11 +220,7 @@ fn an_unreachable_broker_is_a_clear_error_within_seconds() {
 #[test]
 fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
     let (job, input) = window_count_job("corrupt", 3_000);
-    let log = log_of(&job, "first.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)));
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    finish_window_count(&job, &input, "first.log");
     let before = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).len();
 
     {
@@ -247,11 +252,7 @@ fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
 #[test]
 fn a_checkpoint_missing_from_the_store_refuses_to_start() {
     let (job, input) = window_count_job("lost-store", 2_000);
-    let log = log_of(&job, "first.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)));
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    finish_window_count(&job, &input, "first.log");
 
     std::fs::remove_dir_all(job.state_dir()).unwrap();
     let second = log_of(&job, "second.log");
@@ -266,11 +267,7 @@ fn a_checkpoint_missing_from_the_store_refuses_to_start() {
 #[test]
 fn records_deleted_past_the_checkpoint_stop_the_job_instead_of_being_skipped() {
     let (job, input) = window_count_job("retention", 2_000);
-    let log = log_of(&job, "first.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)));
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    finish_window_count(&job, &input, "first.log");
 
     // More input arrives and is deleted before the job reads it.
     let later: Vec<clicks::Input> = (0..100).map(|i| (0, b"late".to_vec(), b"{}".to_vec(), clicks::FLUSH_MS + i)).collect();
