@@ -112,8 +112,6 @@ impl Sink {
     /// instance of the job and aborts the transaction it left open.
     pub fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer) -> Result<Sink, SinkError> {
         let mut client = ClientConfig::new();
-        // Records waiting for delivery; librdkafka's default allows 1 GiB.
-        client.set("queue.buffering.max.kbytes", "65536");
         for (key, value) in config.extra {
             client.set(key, value);
         }

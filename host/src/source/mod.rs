@@ -22,9 +22,6 @@ const BATCH_RECORDS: usize = 1024;
 const BATCH_BYTES: usize = 1 << 20;
 /// How long a poll waits for the first record of a batch; bounds barrier latency.
 const POLL_WAIT: Duration = Duration::from_millis(20);
-/// Fetched-but-unread bytes a source task's consumer may hold (librdkafka's default
-/// is 64 MiB per consumer): bounds memory; the channels behind it hold more.
-const READ_AHEAD_KBYTES: &str = "8192";
 /// How often, and how patiently, consumer lag is measured.
 const LAG_EVERY: Duration = Duration::from_secs(5);
 const LAG_TIMEOUT: Duration = Duration::from_secs(1);
@@ -62,11 +59,10 @@ pub struct SourceTask {
 }
 
 /// A consumer for the job's input: committed data only, offsets never auto-committed.
-/// Its read-ahead is bounded (the user's `[source.kafka]` may change that bound, not
-/// the settings exactly-once depends on).
+/// Read-ahead keeps librdkafka's bound (64 MiB per consumer): an 8 MiB bound cost a
+/// third of the window-count job's throughput at 10 M records for no RSS gain.
 pub fn consumer(brokers: &str, group: &str, extra: &BTreeMap<String, String>) -> rdkafka::error::KafkaResult<BaseConsumer> {
     let mut config = ClientConfig::new();
-    config.set("queued.max.messages.kbytes", READ_AHEAD_KBYTES);
     for (key, value) in extra {
         config.set(key, value);
     }
