@@ -32,6 +32,9 @@ impl Copier<'_> {
             .set("group.id", self.name)
             .set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
+            // As in weir's sources: librdkafka's 1 s default backoff on a full
+            // read-ahead starves a reader that drains it faster than that.
+            .set("fetch.queue.backoff.ms", "10")
             .create()
             .context("creating the copier's consumer")?;
         let producer: BaseProducer = ClientConfig::new()

@@ -58,11 +58,18 @@ pub struct SourceTask {
     pub lag_reported: Option<std::time::Instant>,
 }
 
+/// How long librdkafka waits before fetching a partition again once its read-ahead is
+/// full. Its default (1 s) starves a source that drains the read-ahead in a fraction
+/// of that: the window-count job read 10 M records at 0.40 M/s with it, 1.1 M/s with 10 ms.
+const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+
 /// A consumer for the job's input: committed data only, offsets never auto-committed.
 /// Read-ahead keeps librdkafka's bound (64 MiB per consumer): an 8 MiB bound cost a
 /// third of the window-count job's throughput at 10 M records for no RSS gain.
+/// `[source.kafka]` may override the fetch backoff, not the properties set after it.
 pub fn consumer(brokers: &str, group: &str, extra: &BTreeMap<String, String>) -> rdkafka::error::KafkaResult<BaseConsumer> {
     let mut config = ClientConfig::new();
+    config.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
     for (key, value) in extra {
         config.set(key, value);
     }
