@@ -44,6 +44,8 @@ impl Copier<'_> {
             .set("batch.size", "1000000")
             .set("queue.buffering.max.messages", "500000")
             .set("transaction.timeout.ms", "60000")
+            // A failed delivery fails the commit; reports of successes are only cost.
+            .set("delivery.report.only.error", "true")
             .create()
             .context("creating the copier's producer")?;
         producer.init_transactions(topics::WAIT).context("init_transactions")?;
