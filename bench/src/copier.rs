@@ -87,6 +87,7 @@ impl Copier<'_> {
                             offsets.add_partition_offset(self.input, p as i32, Offset::Offset(o))?;
                         }
                     }
+                    flush(&producer)?;
                     producer.send_offsets_to_transaction(&offsets, &group, topics::WAIT).context("send_offsets_to_transaction")?;
                     producer.commit_transaction(topics::WAIT).context("commit_transaction")?;
                     producer.begin_transaction()?;
@@ -95,6 +96,19 @@ impl Copier<'_> {
                 epoch_start = Instant::now();
             }
         }
+    }
+}
+
+/// librdkafka's flush, which waits on a condition variable; rdkafka's (called by its
+/// commit_transaction) sleeps in steps of up to 100 ms, a tenth of every 1 s epoch.
+/// Deliveries report only errors, so nothing needs serving while it waits.
+fn flush(producer: &BaseProducer) -> anyhow::Result<()> {
+    let timeout_ms = i32::try_from(topics::WAIT.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the client pointer is valid while `producer` lives.
+    let code = unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout_ms) };
+    match RDKafkaErrorCode::from(code) {
+        RDKafkaErrorCode::NoError => Ok(()),
+        other => bail!("flushing the copier's producer: {other}"),
     }
 }
 

@@ -50,6 +50,9 @@ pub fn consumer(brokers: &str, group: &str) -> anyhow::Result<BaseConsumer> {
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
+        // librdkafka's 1 s default would let a full read-ahead delay what the
+        // harness sees, and so every figure it measures.
+        .set("fetch.queue.backoff.ms", "10")
         .create()
         .with_context(|| format!("creating a consumer on {brokers}"))
 }

@@ -212,7 +212,7 @@ impl Sink {
                     }
                     message = returned;
                     // Let deliveries drain the queue; the wait is bounded by the loop's limit.
-                    let _ = self.producer.flush(Duration::from_millis(50));
+                    let _ = self.flush(Duration::from_millis(50));
                 }
                 Err((error, _)) => return Err(self.error("producing", error)),
             }
@@ -232,6 +232,9 @@ impl Sink {
         }
         match self.delivery {
             Delivery::ExactlyOnce => {
+                // Flushed first so that rdkafka's commit, which flushes in 100 ms sleeps,
+                // finds nothing left to flush.
+                self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
                 self.producer
                     .send_offsets_to_transaction(&list, &self.group, TXN_TIMEOUT)
                     .map_err(|e| self.error("send_offsets_to_transaction", e))?;
@@ -241,7 +244,7 @@ impl Sink {
                 self.begin()
             }
             Delivery::AtLeastOnce => {
-                self.producer.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
+                self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
                 let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
                 if failed > 0 {
                     let first = self.producer.context().first_failure.lock().expect("lock").take();
@@ -255,6 +258,20 @@ impl Sink {
                     .commit(&list, CommitMode::Sync)
                     .map_err(|e| self.error("committing offsets", e))
             }
+        }
+    }
+
+    /// Waits until every record handed to the producer is delivered or failed, at most
+    /// `timeout`. rdkafka's `flush` polls in sleeps of up to 100 ms, which made every
+    /// checkpoint with records in flight last 100 ms at least; librdkafka's own flush
+    /// waits on a condition variable while the producer's thread serves the reports.
+    fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: the client pointer is valid while `self.producer` lives.
+        let code = unsafe { rdkafka::bindings::rd_kafka_flush(self.producer.client().native_ptr(), timeout_ms) };
+        match RDKafkaErrorCode::from(code) {
+            RDKafkaErrorCode::NoError => Ok(()),
+            other => Err(KafkaError::Flush(other)),
         }
     }
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
@@ -17,9 +16,14 @@ use crate::engine::route::subtask_for;
 use crate::engine::TaskFailure;
 use crate::metrics::Metrics;
 
-/// Records and bytes one batch holds at most: bounds memory per channel slot.
+pub mod fetch;
+use fetch::Fetcher;
+
+/// Records and bytes one batch holds at most: bounds memory per channel slot. The
+/// byte bound is checked per fetch of at most `FETCH_RECORDS`.
 const BATCH_RECORDS: usize = 1024;
 const BATCH_BYTES: usize = 1 << 20;
+const FETCH_RECORDS: usize = 128;
 /// How long a poll waits for the first record of a batch; bounds barrier latency.
 const POLL_WAIT: Duration = Duration::from_millis(20);
 /// How often, and how patiently, consumer lag is measured.
@@ -45,7 +49,7 @@ pub enum Control {
 pub struct SourceTask {
     pub index: usize,
     pub topic: String,
-    pub consumer: BaseConsumer,
+    pub fetcher: Fetcher,
     pub partitions: BTreeMap<i32, PartitionState>,
     pub max_out_of_orderness_ms: i64,
     /// One sender per downstream subtask; records go by key when `key_by`, else to
@@ -95,7 +99,8 @@ impl SourceTask {
                 .add_partition_offset(&self.topic, state.partition, Offset::Offset(state.next_offset))
                 .map_err(|e| self.kafka_failure("assigning partitions", e))?;
         }
-        self.consumer
+        self.fetcher
+            .consumer()
             .assign(&assignment)
             .map_err(|e| self.kafka_failure("assigning partitions", e))
     }
@@ -137,22 +142,33 @@ impl SourceTask {
         }
     }
 
+    /// Up to one batch of records: what the consumer holds now, or what arrives
+    /// within `POLL_WAIT` when it holds nothing.
     fn read_batch(&mut self) -> Result<Records, TaskFailure> {
         let mut records = Records::default();
         let mut wait = POLL_WAIT;
         while records.batch.len() < BATCH_RECORDS && records.batch.data_len() < BATCH_BYTES {
-            let Some(polled) = self.consumer.poll(wait) else { break };
+            let max = FETCH_RECORDS.min(BATCH_RECORDS - records.batch.len());
+            if !self.read_into(&mut records, wait, max)? {
+                break;
+            }
             wait = Duration::ZERO;
-            let message = polled.map_err(|e| self.read_failure(e))?;
+        }
+        Ok(records)
+    }
+
+    /// Appends one fetch of at most `max` records; false if there was none.
+    fn read_into(&mut self, records: &mut Records, wait: Duration, max: usize) -> Result<bool, TaskFailure> {
+        let fetched = self.fetcher.fetch(wait, max);
+        for message in fetched {
+            if let Some(error) = message.error() {
+                return Err(read_failure(self.index, &self.topic, error, &message.error_detail()));
+            }
             let partition = message.partition();
-            let timestamp = message.timestamp().to_millis().unwrap_or(0);
-            let headers: Vec<(&str, &[u8])> = message
-                .headers()
-                .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
-                .unwrap_or_default();
+            let timestamp = message.timestamp().unwrap_or(0);
             records
                 .batch
-                .push(message.key(), message.payload().unwrap_or_default(), timestamp, &headers);
+                .push(message.key(), message.payload(), timestamp, &message.headers());
             records.origins.push(Origin { partition, offset: message.offset() });
             let state = self
                 .partitions
@@ -161,7 +177,7 @@ impl SourceTask {
             state.next_offset = message.offset() + 1;
             state.max_timestamp = state.max_timestamp.max(timestamp);
         }
-        Ok(records)
+        Ok(!fetched.is_empty())
     }
 
     /// Consumer lag per partition: one high-watermark request per partition, at most
@@ -172,7 +188,7 @@ impl SourceTask {
         }
         self.lag_reported = Some(std::time::Instant::now());
         for state in self.partitions.values() {
-            if let Ok((_, high)) = self.consumer.fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
+            if let Ok((_, high)) = self.fetcher.consumer().fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
                 self.metrics
                     .consumer_lag(&self.topic, state.partition)
                     .set((high - state.next_offset).max(0));
@@ -231,21 +247,22 @@ impl SourceTask {
         self.outputs[target].send(message).map_err(|_| TaskFailure::Stopped)
     }
 
-    fn read_failure(&self, error: rdkafka::error::KafkaError) -> TaskFailure {
-        if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) {
-            return TaskFailure::OffsetLost(format!(
-                "source {} of topic {}: {error}; the records after the last checkpoint are no longer on \
-                 the broker (deleted by retention, or the topic was recreated); weir stops rather than \
-                 skip them: restore the data, or reset the job's consumer group to start over deliberately",
-                self.index, self.topic
-            ));
-        }
-        self.kafka_failure("reading", error)
-    }
-
     fn kafka_failure(&self, doing: &str, error: rdkafka::error::KafkaError) -> TaskFailure {
         TaskFailure::Kafka(format!("source {} {doing} topic {}: {error}", self.index, self.topic))
     }
+}
+
+/// Why reading failed: a lost offset stops the job, anything else restarts it.
+fn read_failure(index: usize, topic: &str, error: rdkafka::error::KafkaError, detail: &str) -> TaskFailure {
+    if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) {
+        return TaskFailure::OffsetLost(format!(
+            "source {index} of topic {topic}: {error} ({detail}); the records after the last checkpoint \
+             are no longer on the broker (deleted by retention, or the topic was recreated); weir stops \
+             rather than skip them: restore the data, or reset the job's consumer group to start over \
+             deliberately"
+        ));
+    }
+    TaskFailure::Kafka(format!("source {index} reading topic {topic}: {error} ({detail})"))
 }
 
 /// The checkpoint store's name for source task `index`.
