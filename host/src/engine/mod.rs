@@ -330,7 +330,7 @@ impl Engine {
                 let task = SourceTask {
                     index,
                     topic: job.source.topic.clone(),
-                    fetcher: source::fetch::Fetcher::new(consumer),
+                    fetcher: source::fetch::Fetcher::new(consumer, &job.source.topic, partitions.keys().copied()),
                     partitions,
                     max_out_of_orderness_ms: job.source.max_out_of_orderness_ms as i64,
                     outputs,

@@ -1,10 +1,14 @@
-//! Batched reads from librdkafka's consumer queue. `BaseConsumer::poll` returns one
-//! message per call, each behind a locked queue pop, two clock reads and a
-//! reference-counted event; `rd_kafka_consume_batch_queue` takes up to a batch under
-//! one wait. The rdkafka crate does not wrap it, so this module does, and keeps the
-//! unsafe code to the queue handle and the message views.
+//! Batched reads from librdkafka. `BaseConsumer::poll` returns one message per call,
+//! each behind a locked queue pop, two clock reads and a reference-counted event;
+//! `rd_kafka_consume_batch_queue` takes up to a batch under one wait. The rdkafka crate
+//! does not wrap it, so this module does, and keeps the unsafe code to the queue
+//! handle and the message views.
+//!
+//! The assigned partitions' fetch queues are forwarded to a queue of the Fetcher's own.
+//! The consumer's queue then carries only errors and logs, which `BaseConsumer::poll`
+//! turns into errors and log lines as before: the batch call would log and drop them.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, CString, c_void};
 use std::ptr::{NonNull, null, null_mut};
 use std::time::Duration;
 
@@ -13,9 +17,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
-/// A consumer and a handle on its message queue, read a batch at a time.
+/// A consumer and a queue that receives the records of the given partitions, read a
+/// batch at a time.
 pub struct Fetcher {
-    /// A reference on the consumer's queue; released in `drop`, before the consumer is.
+    /// The Fetcher's own queue; released in `drop`, before the consumer is.
     queue: NonNull<rd::rd_kafka_queue_t>,
     /// Messages of the last batch (never null), owned until the next `fetch` or `drop`.
     messages: Vec<*mut rd::rd_kafka_message_t>,
@@ -27,11 +32,24 @@ pub struct Fetcher {
 unsafe impl Send for Fetcher {}
 
 impl Fetcher {
-    pub fn new(consumer: BaseConsumer) -> Fetcher {
-        // SAFETY: the client pointer is valid while `consumer` lives, which the
-        // Fetcher guarantees by owning it; the queue reference is released in drop.
-        let queue = unsafe { rd::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
-        let queue = NonNull::new(queue).expect("a consumer created with a group.id has a consumer queue");
+    /// Takes the records of `partitions` of `topic` off the consumer's queue. Call it
+    /// before assigning them, so that none reaches the consumer's queue first.
+    pub fn new(consumer: BaseConsumer, topic: &str, partitions: impl IntoIterator<Item = i32>) -> Fetcher {
+        let client = consumer.client().native_ptr();
+        // SAFETY: the client pointer is valid while `consumer` lives, which the Fetcher
+        // guarantees by owning it; the queue is released in drop.
+        let queue = NonNull::new(unsafe { rd::rd_kafka_queue_new(client) }).expect("librdkafka creates a queue");
+        let topic = CString::new(topic).expect("topic names hold no NUL byte");
+        for partition in partitions {
+            // SAFETY: valid client and topic; the partition's handle is released at once,
+            // its forwarding stays with the partition.
+            unsafe {
+                let fetched = rd::rd_kafka_queue_get_partition(client, topic.as_ptr(), partition);
+                let fetched = NonNull::new(fetched).expect("a consumer has a queue for every partition it names");
+                rd::rd_kafka_queue_forward(fetched.as_ptr(), queue.as_ptr());
+                rd::rd_kafka_queue_destroy(fetched.as_ptr());
+            }
+        }
         Fetcher { queue, messages: Vec::new(), consumer }
     }
 

@@ -159,6 +159,7 @@ impl SourceTask {
 
     /// Appends one fetch of at most `max` records; false if there was none.
     fn read_into(&mut self, records: &mut Records, wait: Duration, max: usize) -> Result<bool, TaskFailure> {
+        self.check_client()?;
         let fetched = self.fetcher.fetch(wait, max);
         for message in fetched {
             if let Some(error) = message.error() {
@@ -178,6 +179,23 @@ impl SourceTask {
             state.max_timestamp = state.max_timestamp.max(timestamp);
         }
         Ok(!fetched.is_empty())
+    }
+
+    /// Errors the consumer reports apart from records (e.g. every broker down) fail
+    /// the attempt, which restarts from the last checkpoint: riding them out would
+    /// leave the checkpoint's commit to librdkafka calls that can hang on a broker
+    /// that went away (librdkafka #5456).
+    fn check_client(&self) -> Result<(), TaskFailure> {
+        match self.fetcher.consumer().poll(Duration::ZERO) {
+            None => Ok(()),
+            Some(Err(error)) => Err(read_failure(self.index, &self.topic, error, "reported by the consumer")),
+            Some(Ok(message)) => Err(TaskFailure::Kafka(format!(
+                "source {} of topic {}: a record of partition {} arrived outside its partition's queue",
+                self.index,
+                self.topic,
+                rdkafka::message::Message::partition(&message)
+            ))),
+        }
     }
 
     /// Consumer lag per partition: one high-watermark request per partition, at most
