@@ -11,9 +11,10 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::checkpoint::fault::{self, Step};
 use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::watchdog::Watchdog;
 use crate::engine::TaskFailure;
 use crate::metrics::Metrics;
-use crate::sink::Sink;
+use crate::sink::{self, Sink};
 use crate::source::{Control, PartitionState};
 
 /// How often the idle coordinator looks at the stop flag.
@@ -45,6 +46,8 @@ pub struct Coordinator<'a> {
     pub next: u64,
     pub stop: Arc<AtomicBool>,
     pub metrics: &'a Metrics,
+    /// Bounds each Kafka commit, which librdkafka may not.
+    pub watchdog: Watchdog,
 }
 
 /// Why the coordinator stopped.
@@ -131,7 +134,10 @@ impl Coordinator<'_> {
         let size = self.store.seal(n, &names, &self.meta).map_err(TaskFailure::Store)?;
         fault::point(Step::AfterSeal, n);
 
-        self.sink.commit(n, self.source_topic, &offsets).map_err(TaskFailure::Sink)?;
+        let what = format!("the Kafka commit of checkpoint {n}");
+        self.watchdog
+            .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.source_topic, &offsets))
+            .map_err(TaskFailure::Sink)?;
         fault::point(Step::AfterCommit, n);
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 

@@ -396,6 +396,7 @@ impl Engine {
                 next,
                 stop: Arc::clone(&self.options.stop),
                 metrics: &self.options.metrics,
+                watchdog: crate::checkpoint::watchdog::Watchdog::start(),
             };
             let outcome = coordinator.run();
             // Tear down: sources stop, channel closures end everything downstream.
