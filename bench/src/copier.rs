@@ -99,16 +99,20 @@ impl Copier<'_> {
     }
 }
 
-/// librdkafka's flush, which waits on a condition variable; rdkafka's (called by its
-/// commit_transaction) sleeps in steps of up to 100 ms, a tenth of every 1 s epoch.
-/// Deliveries report only errors, so nothing needs serving while it waits.
+/// Waits until every record is delivered, at most `topics::WAIT`. librdkafka's flush
+/// waits on a condition variable; rdkafka's (called by its commit_transaction) sleeps
+/// in steps of up to 100 ms, a tenth of every 1 s epoch. A failed delivery stays
+/// counted until its report is served, so reports are served between waits.
 fn flush(producer: &BaseProducer) -> anyhow::Result<()> {
-    let timeout_ms = i32::try_from(topics::WAIT.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: the client pointer is valid while `producer` lives.
-    let code = unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout_ms) };
-    match RDKafkaErrorCode::from(code) {
-        RDKafkaErrorCode::NoError => Ok(()),
-        other => bail!("flushing the copier's producer: {other}"),
+    let deadline = Instant::now() + topics::WAIT;
+    loop {
+        // SAFETY: the client pointer is valid while `producer` lives.
+        let code = unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), 100) };
+        match RDKafkaErrorCode::from(code) {
+            RDKafkaErrorCode::NoError => return Ok(()),
+            RDKafkaErrorCode::OperationTimedOut if Instant::now() < deadline => producer.poll(Duration::ZERO),
+            other => bail!("flushing the copier's producer: {other}"),
+        }
     }
 }
 

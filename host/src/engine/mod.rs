@@ -330,7 +330,8 @@ impl Engine {
                 let task = SourceTask {
                     index,
                     topic: job.source.topic.clone(),
-                    fetcher: source::fetch::Fetcher::new(consumer, &job.source.topic, partitions.keys().copied()),
+                    fetcher: source::fetch::Fetcher::new(consumer, &job.source.topic, partitions.keys().copied())
+                        .map_err(|e| TaskFailure::Kafka(format!("source {index} of topic {}: {e}", job.source.topic)))?,
                     partitions,
                     max_out_of_orderness_ms: job.source.max_out_of_orderness_ms as i64,
                     outputs,
@@ -411,7 +412,8 @@ impl Engine {
             outcome
         });
         if matches!(outcome, Ok(Outcome::Stopped)) {
-            sink.abort();
+            let what = "aborting the open transaction on shutdown".to_string();
+            crate::checkpoint::watchdog::Watchdog::start().guard(what, crate::sink::COMMIT_BOUND, || sink.abort());
         }
         outcome
     }

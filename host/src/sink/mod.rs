@@ -21,8 +21,9 @@ use crate::engine::message::{DeadLetter, Message};
 
 /// How long one transactional call may take before the attempt is failed.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
-/// The longest `Sink::commit` takes when librdkafka keeps to its timeouts: a flush,
-/// the offsets and the commit, each within `TXN_TIMEOUT`, and the next begin.
+/// The longest `Sink::commit` takes when librdkafka keeps to its timeouts: weir's
+/// flush, the offsets, rdkafka's own flush (nothing left by then) and the commit, each
+/// within `TXN_TIMEOUT`; the next begin is local.
 pub const COMMIT_BOUND: Duration = Duration::from_secs(4 * TXN_TIMEOUT.as_secs());
 /// How long a full producer queue may refuse records before the attempt is failed.
 const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);

@@ -8,6 +8,7 @@
 //! The consumer's queue then carries only errors and logs, which `BaseConsumer::poll`
 //! turns into errors and log lines as before: the batch call would log and drop them.
 
+use std::borrow::Cow;
 use std::ffi::{CStr, CString, c_void};
 use std::ptr::{NonNull, null, null_mut};
 use std::time::Duration;
@@ -22,8 +23,10 @@ use rdkafka::types::RDKafkaErrorCode;
 pub struct Fetcher {
     /// The Fetcher's own queue; released in `drop`, before the consumer is.
     queue: NonNull<rd::rd_kafka_queue_t>,
-    /// Messages of the last batch (never null), owned until the next `fetch` or `drop`.
+    /// Messages of the last fetch (never null), owned until the next fetch or `drop`.
     messages: Vec<*mut rd::rd_kafka_message_t>,
+    /// How many of `messages` the caller has used; the rest come first next time.
+    used: usize,
     consumer: BaseConsumer,
 }
 
@@ -34,42 +37,53 @@ unsafe impl Send for Fetcher {}
 impl Fetcher {
     /// Takes the records of `partitions` of `topic` off the consumer's queue. Call it
     /// before assigning them, so that none reaches the consumer's queue first.
-    pub fn new(consumer: BaseConsumer, topic: &str, partitions: impl IntoIterator<Item = i32>) -> Fetcher {
+    pub fn new(consumer: BaseConsumer, topic: &str, partitions: impl IntoIterator<Item = i32>) -> Result<Fetcher, String> {
         let client = consumer.client().native_ptr();
+        let topic = CString::new(topic).map_err(|_| format!("topic name {topic:?} holds a NUL byte"))?;
         // SAFETY: the client pointer is valid while `consumer` lives, which the Fetcher
         // guarantees by owning it; the queue is released in drop.
-        let queue = NonNull::new(unsafe { rd::rd_kafka_queue_new(client) }).expect("librdkafka creates a queue");
-        let topic = CString::new(topic).expect("topic names hold no NUL byte");
+        let queue = NonNull::new(unsafe { rd::rd_kafka_queue_new(client) }).ok_or("librdkafka created no queue")?;
+        let fetcher = Fetcher { queue, messages: Vec::new(), used: 0, consumer };
         for partition in partitions {
             // SAFETY: valid client and topic; the partition's handle is released at once,
             // its forwarding stays with the partition.
             unsafe {
                 let fetched = rd::rd_kafka_queue_get_partition(client, topic.as_ptr(), partition);
-                let fetched = NonNull::new(fetched).expect("a consumer has a queue for every partition it names");
-                rd::rd_kafka_queue_forward(fetched.as_ptr(), queue.as_ptr());
+                let fetched = NonNull::new(fetched)
+                    .ok_or_else(|| format!("librdkafka has no queue for partition {partition} of {topic:?}"))?;
+                rd::rd_kafka_queue_forward(fetched.as_ptr(), fetcher.queue.as_ptr());
                 rd::rd_kafka_queue_destroy(fetched.as_ptr());
             }
         }
-        Fetcher { queue, messages: Vec::new(), consumer }
+        Ok(fetcher)
     }
 
     pub fn consumer(&self) -> &BaseConsumer {
         &self.consumer
     }
 
-    /// Reads up to `max` messages: those the consumer holds now or, when it holds
-    /// none, the first to arrive within `wait` and whatever came with it. Releases the
-    /// previous batch first, so views from it cannot be used after this call.
+    /// Messages to read, oldest first: those of the last fetch the caller has not
+    /// `use`d, else up to `max` new ones, which are those the consumer holds now or,
+    /// when it holds none, the first to arrive within `wait` and whatever came with it.
     pub fn fetch(&mut self, wait: Duration, max: usize) -> &[Fetched] {
-        self.release();
-        // librdkafka's batch call waits until the batch is full, so waiting is done
-        // for one message only: a trickle of records is never held back.
-        self.take(Duration::ZERO, max);
-        if self.messages.is_empty() && self.take(wait, 1) {
-            self.take(Duration::ZERO, max - 1);
+        if self.used == self.messages.len() {
+            self.release();
+            // librdkafka's batch call waits until the batch is full, so waiting is done
+            // for one message only: a trickle of records is never held back.
+            self.take(Duration::ZERO, max);
+            if self.messages.is_empty() && max > 0 && self.take(wait, 1) {
+                self.take(Duration::ZERO, max - 1);
+            }
         }
+        let unused = &self.messages[self.used..];
         // SAFETY: `Fetched` is a transparent wrapper around a non-null message pointer.
-        unsafe { std::slice::from_raw_parts(self.messages.as_ptr().cast::<Fetched>(), self.messages.len()) }
+        unsafe { std::slice::from_raw_parts(unused.as_ptr().cast::<Fetched>(), unused.len()) }
+    }
+
+    /// Marks the first `count` messages `fetch` returned as read: they are released at
+    /// the next fetch that needs new ones. Views of them must not be kept past it.
+    pub fn mark_used(&mut self, count: usize) {
+        self.used = (self.used + count).min(self.messages.len());
     }
 
     /// Appends up to `max` messages, waiting at most `wait` for them; true if any came.
@@ -88,6 +102,7 @@ impl Fetcher {
     }
 
     fn release(&mut self) {
+        self.used = 0;
         for message in self.messages.drain(..) {
             // SAFETY: each message came from consume_batch_queue and is destroyed once.
             unsafe { rd::rd_kafka_message_destroy(message) };
@@ -160,8 +175,9 @@ impl Fetched {
         bytes(raw.payload.cast_const(), raw.len).unwrap_or_default()
     }
 
-    /// The record's headers, in order; a header without a value reads as empty.
-    pub fn headers(&self) -> Vec<(&str, &[u8])> {
+    /// The record's headers, in order; a header without a value reads as empty, a
+    /// name that is not UTF-8 with U+FFFD in place of its bad bytes.
+    pub fn headers(&self) -> Vec<(Cow<'_, str>, &[u8])> {
         let mut list: *mut rd::rd_kafka_headers_t = null_mut();
         // SAFETY: a valid message; on success `list` points at headers owned by it.
         let found = unsafe { rd::rd_kafka_message_headers(self.0.as_ptr(), &mut list) };
@@ -177,7 +193,7 @@ impl Fetched {
                 break;
             }
             // SAFETY: header names are NUL-terminated strings owned by the message.
-            let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or_default();
+            let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
             headers.push((name, bytes(value, size).unwrap_or_default()));
         }
         headers

@@ -19,8 +19,8 @@ use crate::metrics::Metrics;
 pub mod fetch;
 use fetch::Fetcher;
 
-/// Records and bytes one batch holds at most: bounds memory per channel slot. The
-/// byte bound is checked per fetch of at most `FETCH_RECORDS`.
+/// Records and bytes one batch holds at most (the bytes bound is passed by one record
+/// at most): bounds memory per channel slot. Records are fetched `FETCH_RECORDS` at a time.
 const BATCH_RECORDS: usize = 1024;
 const BATCH_BYTES: usize = 1 << 20;
 const FETCH_RECORDS: usize = 128;
@@ -157,19 +157,24 @@ impl SourceTask {
         Ok(records)
     }
 
-    /// Appends one fetch of at most `max` records; false if there was none.
+    /// Appends fetched records, at most `max` and until the batch holds `BATCH_BYTES`;
+    /// false if there was none. Records left over come first in the next batch.
     fn read_into(&mut self, records: &mut Records, wait: Duration, max: usize) -> Result<bool, TaskFailure> {
         self.check_client()?;
         let fetched = self.fetcher.fetch(wait, max);
-        for message in fetched {
+        let mut read = 0;
+        for message in fetched.iter().take(max) {
+            if records.batch.data_len() >= BATCH_BYTES {
+                break;
+            }
             if let Some(error) = message.error() {
                 return Err(read_failure(self.index, &self.topic, error, &message.error_detail()));
             }
             let partition = message.partition();
             let timestamp = message.timestamp().unwrap_or(0);
-            records
-                .batch
-                .push(message.key(), message.payload(), timestamp, &message.headers());
+            let headers = message.headers();
+            let headers: Vec<(&str, &[u8])> = headers.iter().map(|(name, value)| (name.as_ref(), *value)).collect();
+            records.batch.push(message.key(), message.payload(), timestamp, &headers);
             records.origins.push(Origin { partition, offset: message.offset() });
             let state = self
                 .partitions
@@ -177,8 +182,10 @@ impl SourceTask {
                 .expect("the consumer only returns assigned partitions");
             state.next_offset = message.offset() + 1;
             state.max_timestamp = state.max_timestamp.max(timestamp);
+            read += 1;
         }
-        Ok(!fetched.is_empty())
+        self.fetcher.mark_used(read);
+        Ok(read > 0)
     }
 
     /// Errors the consumer reports apart from records (e.g. every broker down) fail
