@@ -124,19 +124,9 @@ pub struct Spec<'a> {
 /// Creates the topics, starts the system, lets it warm up, then produces at `rate` while
 /// watching the output; stops the system and returns the figures as JSON.
 pub fn run(spec: &Spec<'_>) -> anyhow::Result<serde_json::Value> {
-    use std::os::unix::process::CommandExt;
     topics::create(spec.brokers, spec.input, spec.workload.partitions)?;
     topics::create(spec.brokers, spec.output, spec.workload.partitions)?;
-    let log = std::fs::File::create(spec.log).with_context(|| format!("creating {}", spec.log.display()))?;
-    let (program, args) = spec.command.split_first().context("no command to run")?;
-    let mut child = std::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .with_context(|| format!("starting {program}"))?;
+    let mut child = crate::measure::start_group(spec.command, spec.log)?;
     let pid = child.id() as i32;
     std::thread::sleep(spec.warmup);
     let skip_before = now_ms() + 3_000;

@@ -56,17 +56,8 @@ pub fn run(spec: &Spec<'_>) -> anyhow::Result<Outcome> {
     assign_all(&watcher, spec.output, spec.workload.partitions)?;
     let input_end = topics::end_offsets(&watcher, spec.input, spec.workload.partitions)?;
 
-    let log = std::fs::File::create(spec.log).with_context(|| format!("creating {}", spec.log.display()))?;
-    let (program, args) = spec.command.split_first().context("no command to measure")?;
     let started = Instant::now();
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .with_context(|| format!("starting {program}"))?;
+    let mut child = start_group(spec.command, spec.log)?;
     let pid = child.id() as i32;
     let stop = Arc::new(AtomicBool::new(false));
     let usage = Arc::new(Mutex::new(Usage::default()));
@@ -171,6 +162,21 @@ fn wait_complete(
             }
         }
     }
+}
+
+/// Starts `command` in a process group of its own (so `stop_group` reaches whatever it
+/// starts), its stdout and stderr going to `log`.
+pub fn start_group(command: &[String], log: &std::path::Path) -> anyhow::Result<Child> {
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let (program, args) = command.split_first().context("no command to run")?;
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {program}"))
 }
 
 /// SIGTERM to the process group, SIGKILL after 20 s.
