@@ -145,6 +145,7 @@ impl SourceTask {
     /// Up to one batch of records: what the consumer holds now, or what arrives
     /// within `POLL_WAIT` when it holds nothing.
     fn read_batch(&mut self) -> Result<Records, TaskFailure> {
+        self.check_client()?;
         let mut records = Records::default();
         let mut wait = POLL_WAIT;
         while records.batch.len() < BATCH_RECORDS && records.batch.data_len() < BATCH_BYTES {
@@ -160,7 +161,6 @@ impl SourceTask {
     /// Appends fetched records, at most `max` and until the batch holds `BATCH_BYTES`;
     /// false if there was none. Records left over come first in the next batch.
     fn read_into(&mut self, records: &mut Records, wait: Duration, max: usize) -> Result<bool, TaskFailure> {
-        self.check_client()?;
         let fetched = self.fetcher.fetch(wait, max);
         let mut read = 0;
         for message in fetched.iter().take(max) {
