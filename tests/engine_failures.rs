@@ -116,7 +116,8 @@ fn finish_window_count(job: &JobDir, input: &[clicks::Input], log_name: &str) {
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
 }
 
-/// A pass-through job with the plugin that panics on the value `poison`.
+/// A pass-through job with the plugin that panics on values starting with `poison`;
+/// each poison value is distinct, so a lost one cannot hide behind a duplicated one.
 fn poison_job(prefix: &str, dead_letter: bool) -> (JobDir, Vec<clicks::Input>, String) {
     let job = job::job_dir(prefix);
     let dlq = support::unique_name(&format!("{prefix}-dlq"));
@@ -128,7 +129,7 @@ fn poison_job(prefix: &str, dead_letter: bool) -> (JobDir, Vec<clicks::Input>, S
     job.one_operator(2, 200, ("passthrough", &plugin, false), "", &sink_extra);
     let input: Vec<clicks::Input> = (0..2_000)
         .map(|i| {
-            let value = if i % 500 == 250 { "poison".to_string() } else { format!("record-{i}") };
+            let value = if i % 500 == 250 { format!("poison-{i}") } else { format!("record-{i}") };
             ((i % PARTITIONS as usize) as i32, format!("k{i}").into_bytes(), value.into_bytes(), 1_000 + i as i64)
         })
         .collect();
@@ -141,7 +142,7 @@ fn poison_records_go_to_the_dead_letter_topic_and_the_rest_is_exact() {
     let (job, input, dlq) = poison_job("poison-dlq", true);
     let log = log_of(&job, "weir.log");
     let mut child = job::start(&job.path(), &log, &[]);
-    let good: Vec<_> = input.iter().filter(|r| r.2 != b"poison").collect();
+    let good: Vec<_> = input.iter().filter(|r| !r.2.starts_with(b"poison")).collect();
     let mut tail = Tail::new(&job.output, PARTITIONS);
     assert!(tail.until(good.len(), Duration::from_secs(120)), "{}", read(&log));
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
@@ -154,10 +155,28 @@ fn poison_records_go_to_the_dead_letter_topic_and_the_rest_is_exact() {
     assert_eq!(actual.len(), expected.len(), "lost or duplicated pass-through records");
     assert!(actual == expected);
 
-    let letters = support::read_to_end(&dlq, 1, Isolation::ReadCommitted);
-    let poison = input.iter().filter(|r| r.2 == b"poison").count();
-    assert_eq!(letters.len(), poison, "each poison record exactly once in the dead-letter topic");
-    assert!(letters.iter().all(|(_, _, v)| v == b"poison"));
+    // Each poison record exactly once, as it was, with where it came from in its headers.
+    let mut letters: Vec<(Vec<u8>, Vec<u8>, String)> = support::read_to_end_with_headers(&dlq, 1, Isolation::ReadCommitted)
+        .into_iter()
+        .map(|(_, key, value, headers)| {
+            let header = |name: &str| {
+                let found = headers.iter().find(|(k, _)| k == name);
+                String::from_utf8(found.unwrap_or_else(|| panic!("a dead letter lacks header {name}")).1.clone()).unwrap()
+            };
+            assert!(!header("weir.error").is_empty(), "the dead letter's error header is empty");
+            let origin = format!("{}/{}@{}", header("weir.source.topic"), header("weir.source.partition"), header("weir.source.offset"));
+            (key.unwrap(), value, origin)
+        })
+        .collect();
+    let mut poison: Vec<(Vec<u8>, Vec<u8>, String)> = input
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.2.starts_with(b"poison"))
+        .map(|(i, r)| (r.1.clone(), r.2.clone(), format!("{}/{}@{}", job.input, r.0, i / PARTITIONS as usize)))
+        .collect();
+    letters.sort();
+    poison.sort();
+    assert_eq!(letters, poison, "the dead-letter topic must hold each poison record once, with its origin");
 }
 
 #[test]
@@ -168,7 +187,7 @@ fn a_poison_record_without_a_dead_letter_topic_stops_the_job_naming_it() {
     let status = job::wait(&mut child, Duration::from_secs(120)).expect("the job must stop by itself");
     assert!(!status.success());
     let text = read(&log);
-    let first = input.iter().position(|r| r.2 == b"poison").unwrap();
+    let first = input.iter().position(|r| r.2.starts_with(b"poison")).unwrap();
     let (partition, offset) = (input[first].0, first / PARTITIONS as usize);
     let named = format!("{}/{partition}@{offset}", job.input);
     assert!(text.contains(&named), "the error must name {named}:\n{text}");
@@ -281,5 +300,31 @@ fn records_deleted_past_the_checkpoint_stop_the_job_instead_of_being_skipped() {
     assert!(!status.success());
     let text = read(&second);
     assert!(text.contains("no longer on") && text.contains(&job.input), "unclear error:\n{text}");
+    assert_exact(&job, &input);
+}
+
+#[test]
+fn a_panicking_task_fails_the_attempt_at_once_and_names_the_task() {
+    let (job, input) = window_count_job("panic", 2_000);
+    job.window_count(2, 200, WINDOW_MS as u64, "[restarts]\nmax = 1\nbackoff_initial_ms = 100\n");
+    let log = log_of(&job, "weir.log");
+    let started = Instant::now();
+    // Every attempt panics at its first checkpoint; the checkpoint timeout is 60 s, so an
+    // exit within 30 s shows each panic ended its attempt at once.
+    let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", "panic-in-operator:1")]);
+    let status = job::wait(&mut child, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("a panicking task must fail the job within 30 s; log:\n{}", read(&log)));
+    assert!(!status.success(), "{}", read(&log));
+    let text = read(&log);
+    assert!(text.contains("restarting from the last committed checkpoint"), "the first panic must restart the job:\n{text}");
+    let plugin = support::plugin("window-count");
+    let named = "operator `count` subtask";
+    assert!(text.contains(named) && text.contains(&plugin.display().to_string()), "the failure must name the task and plugin:\n{text}");
+    assert!(text.contains("panicked: WEIR_FAULT: panicking at PanicInOperator of checkpoint 1"), "the panic message must be kept:\n{text}");
+    eprintln!("a panicking task stopped the job after {:?}", started.elapsed());
+
+    // Nothing was committed, and a run without the fault still produces the exact output.
+    assert!(support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted).is_empty());
+    finish_window_count(&job, &input, "after.log");
     assert_exact(&job, &input);
 }

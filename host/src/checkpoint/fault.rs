@@ -1,6 +1,7 @@
 //! A test-only fault-injection switch: `WEIR_FAULT=<step>:<n>` kills the process with
-//! SIGKILL when it reaches `<step>` of checkpoint `n` or later, so the crash tests can
-//! prove recovery from each step of the protocol. Unset, it costs one branch.
+//! SIGKILL when it reaches `<step>` of checkpoint `n` exactly (checkpoint 1 included), so
+//! the crash tests can prove recovery from each step of the protocol; `panic-in-operator`
+//! panics an operator task instead. Unset, it costs one branch.
 
 use std::sync::OnceLock;
 
@@ -12,8 +13,11 @@ pub enum Step {
     AfterSeal,
     /// N committed in Kafka, older checkpoints not yet pruned.
     AfterCommit,
-    /// Restarting: producer fenced and checkpoint N loaded, tasks not yet running.
+    /// Restarting: producer fenced and checkpoint N loaded, tasks not yet running
+    /// (N = 0 on a fresh start).
     DuringRecovery,
+    /// An operator subtask received barrier N: it panics rather than snapshot.
+    PanicInOperator,
 }
 
 impl Step {
@@ -23,6 +27,7 @@ impl Step {
             "after-seal" => Some(Step::AfterSeal),
             "after-commit" => Some(Step::AfterCommit),
             "during-recovery" => Some(Step::DuringRecovery),
+            "panic-in-operator" => Some(Step::PanicInOperator),
             _ => None,
         }
     }
@@ -35,21 +40,28 @@ fn armed() -> Option<(Step, u64)> {
         let (step, n) = spec.split_once(':')?;
         let parsed = Step::parse(step).zip(n.parse().ok());
         if parsed.is_none() {
-            tracing::warn!("ignoring WEIR_FAULT={spec}: expected <after-barrier|after-seal|after-commit|during-recovery>:<checkpoint>");
+            tracing::warn!(
+                "ignoring WEIR_FAULT={spec}: expected \
+                 <after-barrier|after-seal|after-commit|during-recovery|panic-in-operator>:<checkpoint>"
+            );
         }
         parsed
     })
 }
 
-/// Kills the process here if the switch names this step and checkpoint.
+/// Kills the process here (or panics, for `PanicInOperator`) if the switch names this
+/// step and checkpoint.
 pub fn point(step: Step, n: u64) {
-    if let Some((armed_step, at)) = armed() {
-        if armed_step == step && n >= at {
-            tracing::warn!("WEIR_FAULT: killing the process at {step:?} of checkpoint {n}");
-            // SAFETY: kill(2) on our own pid with a constant signal has no memory effects.
-            unsafe {
-                libc::kill(libc::getpid(), libc::SIGKILL);
-            }
-        }
+    let Some((armed_step, at)) = armed() else { return };
+    if armed_step != step || n != at {
+        return;
+    }
+    if step == Step::PanicInOperator {
+        panic!("WEIR_FAULT: panicking at {step:?} of checkpoint {n}");
+    }
+    tracing::warn!("WEIR_FAULT: killing the process at {step:?} of checkpoint {n}");
+    // SAFETY: kill(2) on our own pid with a constant signal has no memory effects.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
     }
 }

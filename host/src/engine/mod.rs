@@ -60,6 +60,9 @@ pub enum TaskFailure {
     Incompatible(String),
     #[error("{0}")]
     OffsetLost(String),
+    /// A bug in weir, not in the job: the task's thread panicked.
+    #[error("{task} panicked: {message}; this is a bug in weir: please report it with this log")]
+    Panicked { task: String, message: String },
 }
 
 impl TaskFailure {
@@ -75,7 +78,10 @@ impl TaskFailure {
             TaskFailure::Store(e) => !matches!(e, StoreError::Rocks { .. }),
             TaskFailure::Recovery(e) => !matches!(e, RecoveryError::Unreachable { .. } | RecoveryError::Offsets { .. }),
             TaskFailure::Operator { error, .. } => matches!(error, OperatorError::Init { .. } | OperatorError::Instantiate { .. }),
-            TaskFailure::Stopped | TaskFailure::Kafka(_) | TaskFailure::CheckpointTimeout { .. } => false,
+            TaskFailure::Stopped
+            | TaskFailure::Kafka(_)
+            | TaskFailure::CheckpointTimeout { .. }
+            | TaskFailure::Panicked { .. } => false,
         }
     }
 }
@@ -171,12 +177,14 @@ impl Engine {
         let checkpoint = match resume.checkpoint {
             Some(n) => {
                 let checkpoint = self.store.load(n).map_err(TaskFailure::Store)?;
-                self.store.discard_after(n).map_err(TaskFailure::Store)?;
                 self.check_shape(&checkpoint)?;
                 Some(checkpoint)
             }
             None => None,
         };
+        // Anything sealed after the committed checkpoint (on a fresh start: anything at all)
+        // never reached its Kafka commit; the attempt reuses those ids, so it must go.
+        self.store.discard_after(resume.checkpoint.unwrap_or(0)).map_err(TaskFailure::Store)?;
         fault::point(Step::DuringRecovery, resume.checkpoint.unwrap_or(0));
 
         let starts = self.start_offsets(&resume_consumer, &partitions, &resume, checkpoint.as_ref())?;
@@ -341,7 +349,8 @@ impl Engine {
                     metrics: self.options.metrics.clone(),
                     lag_reported: None,
                 };
-                handles.push(spawn_task(scope, format!("source-{index}"), events_tx.clone(), move || task.run()));
+                let what = format!("source task {index} (topic {})", job.source.topic);
+                handles.push(spawn_task(scope, format!("source-{index}"), what, events_tx.clone(), move || task.run()));
             }
 
             for (stage, subtasks) in instances.into_iter().enumerate() {
@@ -368,7 +377,12 @@ impl Engine {
                         dead_letter_count: self.options.metrics.dead_letter_records(),
                     };
                     let name = format!("{}-{subtask}", job.operators[stage].name);
-                    handles.push(spawn_task(scope, name, events_tx.clone(), move || task.run()));
+                    let what = format!(
+                        "operator `{}` subtask {subtask} (plugin {})",
+                        job.operators[stage].name,
+                        self.plugins[stage].path().display()
+                    );
+                    handles.push(spawn_task(scope, name, what, events_tx.clone(), move || task.run()));
                 }
             }
 
@@ -380,7 +394,8 @@ impl Engine {
                 events: events_tx.clone(),
                 committed: committed_rx,
             };
-            handles.push(spawn_task(scope, "sink".to_string(), events_tx.clone(), move || sink_task.run()));
+            let what = format!("the sink task (topic {})", job.sink.topic);
+            handles.push(spawn_task(scope, "sink".to_string(), what, events_tx.clone(), move || sink_task.run()));
             drop(events_tx);
 
             let mut coordinator = Coordinator {
@@ -449,9 +464,12 @@ fn wire(parallelism: usize, key_by: bool, into_sink: bool) -> (Vec<Vec<Sender<Me
     (outputs, inputs)
 }
 
+/// Runs a task on its own named thread. Whatever ends it, an error or a panic, reaches
+/// the coordinator as a failure naming the task (`what`), so the attempt ends at once.
 fn spawn_task<'scope, F>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     name: String,
+    what: String,
     events: Sender<Event>,
     body: F,
 ) -> std::thread::ScopedJoinHandle<'scope, ()>
@@ -461,11 +479,23 @@ where
     std::thread::Builder::new()
         .name(name)
         .spawn_scoped(scope, move || {
-            if let Err(failure) = body() {
-                if !matches!(failure, TaskFailure::Stopped) {
-                    let _ = events.send(Event::Failed(failure));
-                }
-            }
+            // Unwind safety: a panicked task's state is dropped with the attempt, never reused.
+            let failure = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+                Ok(Ok(())) | Ok(Err(TaskFailure::Stopped)) => return,
+                Ok(Err(failure)) => failure,
+                Err(payload) => TaskFailure::Panicked { task: what, message: panic_message(payload.as_ref()) },
+            };
+            let _ = events.send(Event::Failed(failure));
         })
         .expect("spawning a task thread")
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        text.to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
 }

@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
 use crate::checkpoint::Event;
+use crate::checkpoint::fault::{self, Step};
 use crate::engine::message::{DeadLetter, Message, Origin, Records};
 use crate::engine::route::subtask_for;
 use crate::engine::TaskFailure;
@@ -147,6 +148,7 @@ impl OperatorTask {
     }
 
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
+        fault::point(Step::PanicInOperator, n);
         let guest = self.instance.snapshot().map_err(TaskFailure::operator)?;
         let bytes = encode_state(self.watermark, &guest);
         let task = task_name(self.stage, self.subtask);

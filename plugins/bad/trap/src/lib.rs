@@ -1,5 +1,5 @@
 //! Test plugin for traps and poison records: passes every record through unchanged,
-//! except that a record whose value is exactly `poison` makes it panic, which traps
+//! except that a record whose value starts with `poison` makes it panic, which traps
 //! the instance. Stateless; accepts any config.
 
 use weir_guest::{Config, Emitter, Error, Operator, Records};
@@ -20,7 +20,7 @@ impl Operator for Trap {
         out: &mut Emitter,
     ) -> Result<(), Error> {
         for record in records {
-            if record.value == b"poison" {
+            if record.value.starts_with(b"poison") {
                 panic!("bad-trap: poison record at timestamp {}", record.timestamp);
             }
             out.forward(&record);
