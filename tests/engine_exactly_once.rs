@@ -107,6 +107,7 @@ fn window_count_commits_exactly_the_reference_output() {
     let mut clicks = Clicks::new(7, PARTITIONS, 300);
     let mut input = clicks.take(20_000);
     input.extend(clicks.flush());
+    clicks::assert_keys_spread(&input, PARTITIONS);
     support::produce(&job.input, &input);
 
     let log = job.dir.path().join("weir.log");
@@ -148,6 +149,104 @@ fn random_kills() -> usize {
     std::env::var("WEIR_CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(20)
 }
 
+/// The seed of the random kill points: `WEIR_CRASH_SEED` replays a failed run.
+fn crash_seed() -> u64 {
+    let seed = std::env::var("WEIR_CRASH_SEED").ok().and_then(|n| n.parse().ok()).unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_nanos();
+        (nanos as u64) | 1
+    });
+    eprintln!("crash seed {seed} (replay with WEIR_CRASH_SEED={seed})");
+    seed
+}
+
+/// xorshift64: the next pseudo-random number of `state`.
+fn next_random(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// Every step of the protocol, at the job's first checkpoint and at a later one, in the
+/// order one job meets them: each run is killed by the switch at exactly that point.
+const STEP_KILLS: [(&str, u64); 9] = [
+    ("during-recovery", 0),
+    ("after-barrier", 1),
+    ("after-seal", 1),
+    ("after-commit", 1),
+    ("during-recovery", 1),
+    ("after-barrier", 2),
+    ("after-seal", 2),
+    ("after-commit", 2),
+    ("during-recovery", 2),
+];
+
+fn kill_at_every_protocol_step(job: &JobDir, log: &std::path::Path) {
+    for (step, n) in STEP_KILLS {
+        let fault = format!("{step}:{n}");
+        let mut child = job::start(&job.path(), log, &[("WEIR_FAULT", fault.as_str())]);
+        let status = job::wait(&mut child, Duration::from_secs(90)).unwrap_or_else(|| {
+            panic!("WEIR_FAULT={fault} did not fire within 90 s; log:\n{}", std::fs::read_to_string(log).unwrap_or_default())
+        });
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "WEIR_FAULT={fault}: expected death by SIGKILL, got {status}; log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+    let text = std::fs::read_to_string(log).unwrap();
+    for (step, n) in [("AfterBarrier", 1), ("AfterSeal", 1), ("AfterCommit", 1), ("DuringRecovery", 0), ("DuringRecovery", 2)] {
+        assert!(text.contains(&format!("killing the process at {step} of checkpoint {n}\n")), "no kill at {step} of {n}");
+    }
+}
+
+/// SIGKILLs fresh runs of the job at random moments from 0 to 2.5 s after spawn, so that
+/// kills land during start-up, recovery, processing and checkpoints alike. Returns how
+/// many landed while the job was running (after it logged that it had recovered).
+fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, seed: u64) -> usize {
+    let mut state = seed;
+    let mut while_running = 0;
+    for _ in 0..kills {
+        let delay = Duration::from_millis(next_random(&mut state) % 2500);
+        let running_before = count_in_log(log, "recovered; running");
+        let mut child = job::start(&job.path(), log, &[]);
+        let started = Instant::now();
+        if let Some(status) = job::wait(&mut child, delay) {
+            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), std::fs::read_to_string(log).unwrap());
+        }
+        job::kill(&mut child);
+        if count_in_log(log, "recovered; running") > running_before {
+            while_running += 1;
+        }
+    }
+    while_running
+}
+
+fn count_in_log(log: &std::path::Path, needle: &str) -> usize {
+    std::fs::read_to_string(log).map(|t| t.matches(needle).count()).unwrap_or(0)
+}
+
+/// Input that keeps arriving while the job is being killed: 100,000 records in paced
+/// chunks, then the flush records. Returns everything produced.
+fn produce_while_killing(topic: &str, seed: u64) -> std::thread::JoinHandle<Vec<clicks::Input>> {
+    let topic = topic.to_string();
+    std::thread::spawn(move || {
+        let mut clicks = Clicks::new(seed, PARTITIONS, 500);
+        let mut all = Vec::new();
+        for _ in 0..40 {
+            let chunk = clicks.take(2_500);
+            support::produce(&topic, &chunk);
+            all.extend(chunk);
+            std::thread::sleep(Duration::from_millis(300)); // pacing, not synchronisation
+        }
+        let flush = clicks.flush();
+        support::produce(&topic, &flush);
+        all.extend(flush);
+        all
+    })
+}
+
 #[test]
 fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     let job = job::job_dir("wc-crash");
@@ -155,62 +254,15 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     job.window_count(2, 100, WINDOW_MS as u64, "");
     let log = job.dir.path().join("weir.log");
     let kills = random_kills();
+    let seed = crash_seed();
 
-    // Input keeps arriving while the job is being killed.
-    let chunks = 40;
-    let producer = {
-        let topic = job.input.clone();
-        std::thread::spawn(move || {
-            let mut clicks = Clicks::new(11, PARTITIONS, 500);
-            let mut all = Vec::new();
-            for _ in 0..chunks {
-                let chunk = clicks.take(2_500);
-                support::produce(&topic, &chunk);
-                all.extend(chunk);
-                std::thread::sleep(Duration::from_millis(300)); // pacing, not synchronisation
-            }
-            let flush = clicks.flush();
-            support::produce(&topic, &flush);
-            all.extend(flush);
-            all
-        })
-    };
-
-    // One SIGKILL at each protocol step, by the fault-injection switch.
-    for step in ["after-barrier", "after-seal", "after-commit", "during-recovery"] {
-        if step == "during-recovery" {
-            // Needs a committed checkpoint to recover from: let one happen first.
-            let mut child = job::start(&job.path(), &log, &[]);
-            wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
-            job::kill(&mut child);
-        }
-        let fault = format!("{step}:2");
-        let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", fault.as_str())]);
-        let status = job::wait(&mut child, Duration::from_secs(90))
-            .unwrap_or_else(|| panic!("WEIR_FAULT={fault} did not fire within 90 s"));
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "WEIR_FAULT={fault}: expected death by SIGKILL, got {status}");
-    }
-    let text = std::fs::read_to_string(&log).unwrap();
-    for step in ["AfterBarrier", "AfterSeal", "AfterCommit", "DuringRecovery"] {
-        assert!(text.contains(&format!("killing the process at {step}")), "no kill at {step}");
-    }
-
-    // Random kills, each at a random moment of a fresh run.
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    for _ in 0..kills {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let delay = Duration::from_millis(200 + seed % 2300);
-        let mut child = job::start(&job.path(), &log, &[]);
-        let started = Instant::now();
-        if let Some(status) = job::wait(&mut child, delay) {
-            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), std::fs::read_to_string(&log).unwrap());
-        }
-        job::kill(&mut child);
-    }
+    let producer = produce_while_killing(&job.input, seed);
+    kill_at_every_protocol_step(&job, &log);
+    let while_running = kill_at_random_moments(&job, &log, kills, seed);
+    assert!(while_running * 4 >= kills, "only {while_running} of {kills} random kills landed in a running job");
 
     let input = producer.join().expect("producer thread");
+    clicks::assert_keys_spread(&input, PARTITIONS);
     // The last kill comes once the job has caught up; the restart is timed up to its first commit.
     let mut child = job::start(&job.path(), &log, &[]);
     wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
@@ -221,11 +273,55 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     let recovery = killed.elapsed();
     let _ = stop_and_compare(&job, &mut child, &input, &log);
     eprintln!(
-        "survived {} random kills and 4 protocol-step kills; checked {} input records; \
-         kill → first new commit: {} ms",
+        "survived {} random kills ({while_running} in a running job) and {} protocol-step kills; \
+         checked {} input records; kill → first new commit: {} ms",
         kills + 1,
+        STEP_KILLS.len(),
         input.len(),
         recovery.as_millis()
+    );
+}
+
+#[test]
+fn at_least_once_loses_nothing_under_sigkill() {
+    let job = job::job_dir("wc-alo-crash");
+    topics(&job);
+    job.window_count(2, 100, WINDOW_MS as u64, "delivery = \"at-least-once\"");
+    let log = job.dir.path().join("weir.log");
+    let seed = crash_seed();
+    let producer = produce_while_killing(&job.input, seed);
+    let while_running = kill_at_random_moments(&job, &log, 12, seed);
+    let input = producer.join().expect("producer thread");
+    let expected = clicks::window_counts(&input, WINDOW_MS);
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    // Duplicates are allowed: read until every expected record has been seen at least once.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut missing: std::collections::BTreeSet<_> = expected.keys().cloned().collect();
+    while !missing.is_empty() {
+        let read = tail.records.len();
+        tail.until_while(read + missing.len(), Duration::from_millis(500), &mut child);
+        for (_, key, value) in &tail.records[read..] {
+            missing.remove(&(key.clone().unwrap_or_default(), value.clone()));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "at-least-once lost {} records, e.g. {:?}; log:\n{}",
+            missing.len(),
+            missing.iter().next().map(|(k, v)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v))),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
+    let actual = clicks::as_multiset(&committed);
+    let lost = expected.keys().filter(|k| !actual.contains_key(*k)).count();
+    let wrong = actual.keys().filter(|k| !expected.contains_key(*k)).count();
+    assert_eq!((lost, wrong), (0, 0), "at-least-once: {}", clicks::difference(&expected, &actual));
+    eprintln!(
+        "at-least-once: {while_running} of 12 kills in a running job; {} records, {} duplicated",
+        committed.len(),
+        committed.len() - expected.len()
     );
 }
 

@@ -51,6 +51,21 @@ impl Clicks {
     }
 }
 
+/// Fails unless most keys occur in every partition: a shuffle that routed nothing, or a
+/// watermark that ignored some inputs, must change the output of a test that uses this.
+pub fn assert_keys_spread(records: &[Input], partitions: i32) {
+    let mut seen: BTreeMap<&[u8], std::collections::BTreeSet<i32>> = BTreeMap::new();
+    for (partition, key, _, _) in records.iter().filter(|r| r.3 < FLUSH_MS) {
+        seen.entry(key.as_slice()).or_default().insert(*partition);
+    }
+    let everywhere = seen.values().filter(|found| found.len() == partitions as usize).count();
+    assert!(
+        everywhere * 2 > seen.len(),
+        "only {everywhere} of {} keys occur in all {partitions} partitions: the input cannot show a broken shuffle",
+        seen.len()
+    );
+}
+
 /// What window-count must emit for `records` (flush records excluded: their window
 /// never closes): each (key, JSON value) with how many times it must appear (once).
 pub fn window_counts(records: &[Input], window_ms: i64) -> BTreeMap<(Vec<u8>, Vec<u8>), usize> {

@@ -68,6 +68,34 @@ pub type Read = (i32, Option<Vec<u8>>, Vec<u8>);
 /// at `isolation`. Under read_committed the end is reached only once no transaction on
 /// the topic is open, so callers must finish or abort theirs first.
 pub fn read_to_end(topic: &str, partitions: i32, isolation: Isolation) -> Vec<Read> {
+    read_each(topic, partitions, isolation, |message| {
+        (message.partition(), message.key().map(<[u8]>::to_vec), message.payload().unwrap_or_default().to_vec())
+    })
+}
+
+/// One record read back with its headers: (partition, key, value, headers).
+pub type ReadWithHeaders = (i32, Option<Vec<u8>>, Vec<u8>, Vec<(String, Vec<u8>)>);
+
+/// As `read_to_end`, with each record's headers.
+pub fn read_to_end_with_headers(topic: &str, partitions: i32, isolation: Isolation) -> Vec<ReadWithHeaders> {
+    use rdkafka::message::Headers;
+    read_each(topic, partitions, isolation, |message| {
+        let headers = message
+            .headers()
+            .map(|headers| {
+                headers.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect()
+            })
+            .unwrap_or_default();
+        (message.partition(), message.key().map(<[u8]>::to_vec), message.payload().unwrap_or_default().to_vec(), headers)
+    })
+}
+
+fn read_each<T>(
+    topic: &str,
+    partitions: i32,
+    isolation: Isolation,
+    mut each: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> T,
+) -> Vec<T> {
     let level = match isolation {
         Isolation::ReadCommitted => "read_committed",
         Isolation::ReadUncommitted => "read_uncommitted",
@@ -99,12 +127,7 @@ pub fn read_to_end(topic: &str, partitions: i32, isolation: Isolation) -> Vec<Re
             "reading {topic} ({level}) did not reach offsets {ends:?} within {WAIT:?}"
         );
         if let Some(message) = consumer.poll(Duration::from_millis(100)) {
-            let message = message.expect("consume");
-            records.push((
-                message.partition(),
-                message.key().map(<[u8]>::to_vec),
-                message.payload().unwrap_or_default().to_vec(),
-            ));
+            records.push(each(&message.expect("consume")));
         }
     }
     records

@@ -133,6 +133,7 @@ impl Coordinator<'_> {
         let names: Vec<&str> = tasks.iter().map(String::as_str).collect();
         let size = self.store.seal(n, &names, &self.meta).map_err(TaskFailure::Store)?;
         fault::point(Step::AfterSeal, n);
+        tracing::debug!(checkpoint = n, "checkpoint sealed; committing it in Kafka");
 
         let what = format!("the Kafka commit of checkpoint {n}");
         self.watchdog
