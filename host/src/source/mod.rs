@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::consumer::Consumer;
+use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Event;
@@ -16,7 +16,9 @@ use crate::engine::route::subtask_for;
 use crate::engine::TaskFailure;
 use crate::metrics::Metrics;
 
+pub mod config;
 pub mod fetch;
+pub use config::consumer;
 use fetch::Fetcher;
 
 /// Records and bytes one batch holds at most (the bytes bound is passed by one record
@@ -60,34 +62,6 @@ pub struct SourceTask {
     pub events: Sender<Event>,
     pub metrics: Metrics,
     pub lag_reported: Option<std::time::Instant>,
-}
-
-/// How long librdkafka waits before fetching a partition again once its read-ahead is
-/// full. Its default (1 s) starves a source that drains the read-ahead in a fraction
-/// of that: the window-count job read 10 M records at 0.40 M/s with it, 1.1 M/s with 10 ms.
-const FETCH_QUEUE_BACKOFF_MS: &str = "10";
-
-/// A consumer for the job's input: committed data only, offsets never auto-committed.
-/// Read-ahead keeps librdkafka's bound (64 MiB per consumer): an 8 MiB bound cost a
-/// third of the window-count job's throughput at 10 M records for no RSS gain.
-/// `[source.kafka]` may override the fetch backoff, not the properties set after it.
-pub fn consumer(brokers: &str, group: &str, extra: &BTreeMap<String, String>) -> rdkafka::error::KafkaResult<BaseConsumer> {
-    let mut config = ClientConfig::new();
-    config.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
-    for (key, value) in extra {
-        config.set(key, value);
-    }
-    config
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "false")
-        // A checkpointed offset the broker no longer has (deleted by retention) must
-        // stop the job, never silently skip to the end of the partition.
-        .set("auto.offset.reset", "error")
-        .create()
 }
 
 impl SourceTask {
