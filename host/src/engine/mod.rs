@@ -339,7 +339,7 @@ impl Engine {
                     control: control_rx,
                     events: events_tx.clone(),
                     metrics: self.options.metrics.clone(),
-                    lag_reported: None,
+                    idle_timeout: job.source.idle_timeout(),
                 };
                 handles.push(spawn_task(scope, format!("source-{index}"), events_tx.clone(), move || task.run()));
             }

@@ -324,7 +324,7 @@ impl SinkTask<'_> {
                     .sink
                     .send_dead_letter(&letter, &self.source_topic)
                     .map_err(TaskFailure::Sink)?,
-                Message::Watermark(_) => {}
+                Message::Watermark(_) | Message::Idle => {}
                 Message::Barrier(n) => {
                     aligned[input] = true;
                     if aligned.iter().all(|&a| a) {
