@@ -243,7 +243,7 @@ impl SourceTask {
     /// watermark first (free), then the broker's, since the cache goes stale while a
     /// full read-ahead pauses fetching.
     fn drained(&self, partition: i32, read: i64) -> bool {
-        if !self.fetcher.cached_high_watermark(partition).is_some_and(|high| read >= high) {
+        if self.fetcher.cached_high_watermark(partition).is_none_or(|high| read < high) {
             return false;
         }
         match self.fetcher.consumer().fetch_watermarks(&self.topic, partition, DRAINED_TIMEOUT) {
