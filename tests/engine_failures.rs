@@ -1,6 +1,8 @@
 //! How `weir run` fails, against the real broker: a held store, a takeover that fences
 //! the old instance, poison records, and bad input. Each failure is a clear error and a
-//! non-zero exit, and the committed output stays exact.
+//! non-zero exit, and the committed output stays exact. Then the operational limits a
+//! running job must not hit: a lag gauge that freezes, a second job on the same host,
+//! an input partition that never receives a record.
 
 mod support;
 
@@ -45,6 +47,106 @@ fn assert_exact(job: &JobDir, input: &[clicks::Input]) {
     let expected = clicks::window_counts(input, WINDOW_MS);
     let actual = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
     assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
+}
+
+/// The consumer lag each input partition's gauge shows, from a metrics scrape.
+fn consumer_lag(metrics: &str, topic: &str) -> std::collections::BTreeMap<i32, i64> {
+    let prefix = format!("weir_consumer_lag{{topic=\"{topic}\",partition=\"");
+    metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (partition, value) = rest.split_once("\"} ")?;
+            Some((partition.parse().ok()?, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn consumer_lag_reads_zero_once_the_input_is_drained() {
+    let (job, input) = window_count_job("lag", 20_000);
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", read(&log));
+
+    // Everything is read: the gauge must come down to 0 without another record arriving.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut lag = consumer_lag(&job::scrape_metrics(&log), &job.input);
+    while !(lag.len() == PARTITIONS as usize && lag.values().all(|&l| l == 0)) {
+        assert!(Instant::now() < deadline, "consumer lag of a drained input still reads {lag:?}");
+        std::thread::sleep(Duration::from_millis(200));
+        lag = consumer_lag(&job::scrape_metrics(&log), &job.input);
+    }
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
+    assert_exact(&job, &input);
+}
+
+#[test]
+fn two_jobs_on_one_host_both_start_with_the_default_metrics_address() {
+    let (first, first_input) = window_count_job("two-a", 2_000);
+    let (second, second_input) = window_count_job("two-b", 2_000);
+    let first_log = log_of(&first, "weir.log");
+    let second_log = log_of(&second, "weir.log");
+    let mut a = job::start_with_default_metrics(&first.path(), &first_log);
+    wait_for(&first_log, "metrics at http://", Duration::from_secs(60));
+    let mut b = job::start_with_default_metrics(&second.path(), &second_log);
+    wait_for(&second_log, "metrics at http://", Duration::from_secs(60));
+
+    // Whichever job got 127.0.0.1:9464 (or another process has it), the second did not:
+    // it says so, names the address and how to choose one, and serves elsewhere.
+    wait_for(&second_log, "default address 127.0.0.1:9464 is unavailable", Duration::from_secs(5));
+    wait_for(&second_log, "--metrics-addr", Duration::from_secs(5));
+    for (job, input, log, child) in [(&first, &first_input, &first_log, &mut a), (&second, &second_input, &second_log, &mut b)] {
+        let mut tail = Tail::new(&job.output, PARTITIONS);
+        assert!(tail.until_while(clicks::window_counts(input, WINDOW_MS).len(), Duration::from_secs(120), child), "{}", read(log));
+        assert!(job::scrape_metrics(log).contains("weir_last_committed_checkpoint"), "no metrics served:\n{}", read(log));
+    }
+    assert!(job::terminate(&mut a, Duration::from_secs(60)).success(), "{}", read(&first_log));
+    assert!(job::terminate(&mut b, Duration::from_secs(60)).success(), "{}", read(&second_log));
+    assert_exact(&first, &first_input);
+    assert_exact(&second, &second_input);
+}
+
+#[test]
+fn a_partition_that_never_receives_a_record_stops_holding_the_watermark() {
+    // Four input partitions, records in 0 and 1 only; three source tasks own {0, 3},
+    // {1} and {2}: one task has an idle partition, another has nothing but one.
+    const INPUT_PARTITIONS: i32 = 4;
+    let job = job::job_dir("idle");
+    support::create_topic(&job.input, INPUT_PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    let plugin = support::plugin("window-count");
+    let body = format!(
+        "[source]\nbrokers = \"{brokers}\"\ntopic = \"{input}\"\nidle_timeout_ms = 500\n\
+         [[operators]]\nname = \"count\"\nplugin = \"{plugin}\"\nkey_by = true\n\
+         [operators.config]\nwindow_ms = \"{WINDOW_MS}\"\n\
+         [sink]\nbrokers = \"{brokers}\"\ntopic = \"{output}\"\n",
+        brokers = support::brokers(),
+        input = job.input,
+        output = job.output,
+        plugin = plugin.display(),
+    );
+    job.write(3, 200, &body);
+    let mut clicks = Clicks::new(5, 2, 100);
+    let mut input = clicks.take(5_000);
+    input.extend(clicks.flush());
+    support::produce(&job.input, &input);
+
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    let expected = clicks::window_counts(&input, WINDOW_MS).len();
+    let complete = tail.until_while(expected, Duration::from_secs(60), &mut child);
+    assert!(complete, "{} of {expected} windows fired; log:\n{}", tail.records.len(), read(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
+    let text = read(&log);
+    for partition in [2, 3] {
+        let named = format!("partition={partition}");
+        let idle = text.lines().any(|line| line.contains("partition idle") && line.contains(&named));
+        assert!(idle, "partition {partition} was never logged idle:\n{text}");
+    }
+    assert_exact(&job, &input);
 }
 
 #[test]

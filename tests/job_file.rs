@@ -17,6 +17,7 @@ brokers = "127.0.0.1:9092"
 topic = "clicks"
 start = "latest"
 max_out_of_orderness_ms = 250
+idle_timeout_ms = 30000
 
 [source.kafka]
 "fetch.min.bytes" = 1
@@ -145,6 +146,7 @@ fn full_file_parses_into_what_it_says() {
     assert_eq!(job.source.topic, "clicks");
     assert_eq!(job.source.start, Start::Latest);
     assert_eq!(job.source.max_out_of_orderness_ms, 250);
+    assert_eq!(job.source.idle_timeout(), Some(std::time::Duration::from_secs(30)));
     let source_kafka: BTreeMap<String, String> = [("client.rack", "r1"), ("fetch.min.bytes", "1")]
         .map(|(k, v)| (k.into(), v.into()))
         .into();
@@ -193,6 +195,7 @@ fn minimal_file_gets_the_documented_defaults() {
     assert_eq!(job.state_dir, Path::new("/var/lib/weir/minimal"));
     assert_eq!(job.source.start, Start::Earliest);
     assert_eq!(job.source.max_out_of_orderness_ms, 0);
+    assert_eq!(job.source.idle_timeout_ms, None, "no partition is ever idle unless asked");
     assert!(job.source.kafka.is_empty());
     let op = &job.operators[0];
     assert!(!op.key_by);
@@ -346,6 +349,11 @@ fn out_of_range_numbers_name_the_key_and_the_range() {
             "call_timeout_ms = 0",
             "call_timeout_ms = 0 is out of range",
         ),
+        (
+            "idle_timeout_ms = 30000",
+            "idle_timeout_ms = 10",
+            "idle_timeout_ms = 10 is out of range; use 100..=604800000",
+        ),
     ];
     for (old, new, expected) in cases {
         let text = edit(FULL, old, new);
@@ -436,29 +444,85 @@ fn nonexistent_plugin_names_the_operator_and_the_resolved_path() {
 }
 
 #[test]
-fn reserved_kafka_properties_are_refused_with_the_reason() {
+fn forced_kafka_properties_are_refused_with_their_line_and_the_reason() {
     let cases = [
         ("[source.kafka]", "isolation.level", "read_committed"),
-        (
-            "[source.kafka]",
-            "enable.auto.commit",
-            "inside its checkpoint transactions",
-        ),
+        ("[source.kafka]", "enable.auto.commit", "inside its checkpoint transactions"),
         ("[source.kafka]", "group.id", "job's name"),
-        ("[source.kafka]", "transactional.id", "transactional.id"),
         ("[source.kafka]", "bootstrap.servers", "[source] brokers"),
+        ("[source.kafka]", "auto.offset.reset", "never skip records"),
+        ("[source.kafka]", "enable.partition.eof", "end-of-partition"),
         ("[sink.kafka]", "transactional.id", "fences zombie"),
         ("[sink.kafka]", "enable.idempotence", "weir sets it"),
         ("[sink.kafka]", "acks", "acks=all"),
     ];
     for (table, key, why) in cases {
         let text = edit(FULL, table, &format!("{table}\n\"{key}\" = \"x\""));
+        let line = line_of(&text, &format!("\"{key}\" = \"x\""));
         let message = error_of(&text);
         assert_contains(
             &message,
-            &[&format!("{table} `{key}` cannot be set"), why, "remove it"],
+            &[&format!("{table} `{key}` cannot be set"), why, "remove it", &format!("line {line}")],
         );
     }
+}
+
+#[test]
+fn every_property_weir_forces_is_refused_and_wins_in_the_built_client() {
+    let user = |key: &str| -> BTreeMap<String, String> { [(key.to_string(), "x".to_string())].into() };
+    for forced in weir::source::config::FORCED {
+        let text = edit(FULL, "[source.kafka]", &format!("[source.kafka]\n\"{}\" = 1", forced.key));
+        assert_contains(&error_of(&text), &[forced.key, forced.why]);
+        let config = weir::source::config::client_config("b:9092", "job", &user(forced.key));
+        assert_ne!(config.get(forced.key), Some("x"), "{} reached the consumer", forced.key);
+    }
+    for forced in weir::sink::config::FORCED {
+        let text = edit(FULL, "[sink.kafka]", &format!("[sink.kafka]\n\"{}\" = 1", forced.key));
+        assert_contains(&error_of(&text), &[forced.key, forced.why]);
+        for transactional in [true, false] {
+            let config = weir::sink::config::client_config("job", "b:9092", transactional, &user(forced.key));
+            assert_ne!(config.get(forced.key), Some("x"), "{} reached the producer", forced.key);
+        }
+    }
+}
+
+#[test]
+fn tunable_defaults_yield_to_the_job_file_in_the_built_clients() {
+    use rdkafka::consumer::BaseConsumer;
+    use rdkafka::producer::BaseProducer;
+
+    let defaults = parse(MINIMAL).unwrap();
+    let sink = |job: &Job| weir::sink::config::client_config(&job.name, &job.sink.brokers, true, &job.sink.kafka);
+    let source = |job: &Job| weir::source::config::client_config(&job.source.brokers, &job.name, &job.source.kafka);
+    let producer = sink(&defaults);
+    assert_eq!(producer.get("linger.ms"), Some("5"));
+    assert_eq!(producer.get("partitioner"), Some("murmur2_random"));
+    assert_eq!(producer.get("delivery.report.only.error"), Some("true"));
+    assert_eq!(source(&defaults).get("fetch.queue.backoff.ms"), Some("10"));
+
+    let text = edit(
+        FULL,
+        "[sink.kafka]",
+        "[sink.kafka]\n\"partitioner\" = \"consistent_random\"\n\"delivery.report.only.error\" = false",
+    );
+    let text = edit(&text, r#""linger.ms" = "5""#, r#""linger.ms" = 50"#);
+    let text = edit(&text, "[source.kafka]", "[source.kafka]\n\"fetch.queue.backoff.ms\" = 100");
+    let job = parse(&text).unwrap();
+    let producer = sink(&job);
+    assert_eq!(producer.get("linger.ms"), Some("50"));
+    assert_eq!(producer.get("partitioner"), Some("consistent_random"));
+    assert_eq!(producer.get("delivery.report.only.error"), Some("false"));
+    assert_eq!(producer.get("transaction.timeout.ms"), Some("30000"));
+    assert_eq!((producer.get("acks"), producer.get("transactional.id")), (Some("all"), Some("clicks-per-user")));
+    let consumer = source(&job);
+    assert_eq!(consumer.get("fetch.queue.backoff.ms"), Some("100"));
+    assert_eq!(consumer.get("client.rack"), Some("r1"));
+    assert_eq!(consumer.get("auto.offset.reset"), Some("error"));
+    assert_eq!(consumer.get("enable.partition.eof"), Some("false"));
+
+    // librdkafka accepts the result (creating a client reaches no broker).
+    producer.create::<BaseProducer>().expect("the producer's configuration is valid");
+    consumer.create::<BaseConsumer>().expect("the consumer's configuration is valid");
 }
 
 #[test]

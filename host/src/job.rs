@@ -1,6 +1,7 @@
 //! The job file (`weir run <job.toml>`): what to read, which operators to run, where to write.
-//! serde + toml refuse unknown keys everywhere and report a bad value with its line; checks
-//! that span keys (operator names, plugin paths, Kafka properties weir sets) run after parsing.
+//! serde + toml refuse unknown keys everywhere and report a bad value with its line (a Kafka
+//! property weir forces included); checks that span keys (operator names, plugin paths, the
+//! transaction timeout) run after parsing.
 //! Relative paths resolve against the file's directory.
 //!
 //! A complete job file, with every optional key at its default unless noted:
@@ -16,9 +17,14 @@
 //! brokers = "127.0.0.1:9092"
 //! topic = "clicks"
 //! start = "earliest"              # earliest | latest: where to start when no checkpoint was committed
+//!                                 # (a checkpointed offset the broker lost stops the job: never skipped)
 //! max_out_of_orderness_ms = 0     # watermark = max event time seen - this; at most 7 days
-//! [source.kafka]                  # optional librdkafka consumer properties, passed through
-//! "fetch.min.bytes" = 1           # quote names that contain dots
+//! idle_timeout_ms = 30000         # optional, unset by default (every partition holds the watermark):
+//!                                 # a partition with no record for this long (100 ms..7 days) stops
+//!                                 # holding it back until its next record
+//! [source.kafka]                  # optional librdkafka consumer properties; weir's tunable defaults
+//! "fetch.min.bytes" = 1           # (source::config::TUNABLES) yield to them, a property weir forces
+//!                                 # (source::config::FORCED) is refused; quote names with dots
 //!
 //! [[operators]]                   # the chain, in order; at least one
 //! name = "count"                  # unique in the job; [A-Za-z0-9._-], 1-64 chars
@@ -34,7 +40,8 @@
 //! topic = "counts"
 //! delivery = "exactly-once"       # exactly-once | at-least-once
 //! dead_letter_topic = "clicks-dlq"   # optional: where poison records go instead of stopping the job
-//! [sink.kafka]                    # optional librdkafka producer properties, passed through
+//! [sink.kafka]                    # optional librdkafka producer properties, as for [source.kafka]
+//! "linger.ms" = 5                 # e.g. a tunable default (sink::config::TUNABLES) changed
 //!
 //! [restarts]                      # optional: in-process restarts after a task fails
 //! max = 5                         # more than this many restarts within window_ms: exit non-zero
@@ -51,6 +58,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
+use crate::kafka_config::{self, Forced};
+
 /// Largest parallelism: subtasks per operator.
 pub const MAX_PARALLELISM: u32 = 64;
 /// Checkpoint interval bounds, in milliseconds.
@@ -60,6 +69,10 @@ pub const MAX_CHECKPOINT_INTERVAL_MS: u64 = 600_000;
 pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 /// Largest allowed out-of-orderness: 7 days.
 pub const MAX_OUT_OF_ORDERNESS_MS: u64 = 7 * 24 * 3600 * 1000;
+/// `[source] idle_timeout_ms` bounds: idleness is checked about once a second, and a
+/// partition quiet for a week is idle under any sensible setting.
+pub const MIN_IDLE_TIMEOUT_MS: u64 = 100;
+pub const MAX_IDLE_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
 /// Largest number of operators in the chain.
 pub const MAX_OPERATORS: usize = 64;
 /// Largest number of entries in one `[...kafka]` or `[operators.config]` table.
@@ -108,8 +121,13 @@ pub struct Source {
     pub start: Start,
     #[serde(default, deserialize_with = "out_of_orderness_ms")]
     pub max_out_of_orderness_ms: u64,
-    /// librdkafka consumer properties, passed through (minus those in `RESERVED_SOURCE_KAFKA`).
-    #[serde(default, deserialize_with = "string_map")]
+    /// A partition with no record for this long stops holding the watermark back until
+    /// its next record; `None` (the default): a partition always holds it.
+    #[serde(default, deserialize_with = "idle_timeout_ms")]
+    pub idle_timeout_ms: Option<u64>,
+    /// librdkafka consumer properties, set after weir's tunable defaults; those weir
+    /// forces (`source::config::FORCED`) are refused.
+    #[serde(default, deserialize_with = "source_kafka")]
     pub kafka: BTreeMap<String, String>,
 }
 
@@ -144,7 +162,7 @@ pub struct Operator {
     )]
     pub call_timeout_ms: u64,
     /// Handed to the plugin's `init`.
-    #[serde(default, deserialize_with = "string_map")]
+    #[serde(default, deserialize_with = "plugin_config")]
     pub config: BTreeMap<String, String>,
 }
 
@@ -160,8 +178,9 @@ pub struct Sink {
     pub delivery: Delivery,
     #[serde(default, deserialize_with = "optional_topic")]
     pub dead_letter_topic: Option<String>,
-    /// librdkafka producer properties, passed through (minus those in `RESERVED_SINK_KAFKA`).
-    #[serde(default, deserialize_with = "string_map")]
+    /// librdkafka producer properties, set after weir's tunable defaults; those weir
+    /// forces (`sink::config::FORCED`) are refused.
+    #[serde(default, deserialize_with = "sink_kafka")]
     pub kafka: BTreeMap<String, String>,
 }
 
@@ -202,55 +221,6 @@ impl Default for Restarts {
     }
 }
 
-/// `[source.kafka]` properties weir sets itself, and why.
-pub const RESERVED_SOURCE_KAFKA: &[(&str, &str)] = &[
-    ("bootstrap.servers", "weir sets it from [source] brokers"),
-    ("metadata.broker.list", "weir sets it from [source] brokers"),
-    (
-        "group.id",
-        "weir sets it to the job's name, whose committed offsets name its checkpoint",
-    ),
-    (
-        "enable.auto.commit",
-        "weir commits offsets only inside its checkpoint transactions",
-    ),
-    (
-        "enable.auto.offset.store",
-        "weir commits offsets only inside its checkpoint transactions",
-    ),
-    (
-        "isolation.level",
-        "exactly-once needs read_committed, which weir sets",
-    ),
-    ("auto.offset.reset", "weir sets it from [source] start"),
-    (
-        "transactional.id",
-        "weir sets its producer's transactional.id to the job's name",
-    ),
-];
-
-/// `[sink.kafka]` properties weir sets itself, and why.
-pub const RESERVED_SINK_KAFKA: &[(&str, &str)] = &[
-    ("bootstrap.servers", "weir sets it from [sink] brokers"),
-    ("metadata.broker.list", "weir sets it from [sink] brokers"),
-    (
-        "transactional.id",
-        "weir sets it to the job's name, which fences zombie instances",
-    ),
-    (
-        "enable.idempotence",
-        "weir sets it: transactions and ordered retries need it",
-    ),
-    (
-        "acks",
-        "weir sets acks=all, without which a committed record can be lost",
-    ),
-    (
-        "request.required.acks",
-        "weir sets acks=all, without which a committed record can be lost",
-    ),
-];
-
 /// A job file that cannot be used: names the file, then what is wrong and what to do.
 #[derive(Debug, thiserror::Error)]
 #[error("job file {}: {kind}", file.display())]
@@ -281,12 +251,6 @@ pub enum JobErrorKind {
         operator: String,
         path: PathBuf,
         problem: &'static str,
-    },
-    #[error("[{table}] `{key}` cannot be set in the job file: {why}; remove it")]
-    ReservedKafkaProperty {
-        table: &'static str,
-        key: String,
-        why: &'static str,
     },
     #[error("[sink.kafka] `transaction.timeout.ms` = {value:?} is not a number of milliseconds")]
     TransactionTimeout { value: String },
@@ -322,6 +286,10 @@ impl Job {
 impl Source {
     pub fn max_out_of_orderness(&self) -> Duration {
         Duration::from_millis(self.max_out_of_orderness_ms)
+    }
+
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout_ms.map(Duration::from_millis)
     }
 }
 
@@ -389,9 +357,6 @@ fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
         }
     }
 
-    reject_reserved("source.kafka", &job.source.kafka, RESERVED_SOURCE_KAFKA)?;
-    reject_reserved("sink.kafka", &job.sink.kafka, RESERVED_SINK_KAFKA)?;
-
     if job.sink.delivery == Delivery::ExactlyOnce {
         let (timeout_ms, defaulted) = match job.sink.kafka.get("transaction.timeout.ms") {
             Some(value) => (
@@ -437,23 +402,6 @@ fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
         });
     }
     Ok(job)
-}
-
-fn reject_reserved(
-    table: &'static str,
-    properties: &BTreeMap<String, String>,
-    reserved: &[(&str, &'static str)],
-) -> Result<(), JobErrorKind> {
-    for key in properties.keys() {
-        if let Some((_, why)) = reserved.iter().find(|(name, _)| name == key) {
-            return Err(JobErrorKind::ReservedKafkaProperty {
-                table,
-                key: key.clone(),
-                why,
-            });
-        }
-    }
-    Ok(())
 }
 
 // Field checks. Each runs inside deserialization, so toml reports the value's line and column.
@@ -551,6 +499,10 @@ fn out_of_orderness_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error>
     )
 }
 
+fn idle_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    in_range("idle_timeout_ms", u64::deserialize(d)?, MIN_IDLE_TIMEOUT_MS, MAX_IDLE_TIMEOUT_MS).map(Some)
+}
+
 fn memory_limit_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     // A wasm32 linear memory cannot exceed 4 GiB.
     in_range("memory_limit_mb", u32::deserialize(d)?, 1, 4096)
@@ -595,10 +547,30 @@ fn default_backoff_max_ms() -> u64 {
     30_000
 }
 
+fn plugin_config<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    string_map(d, "operators.config", &[])
+}
+
+fn source_kafka<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    string_map(d, "source.kafka", crate::source::config::FORCED)
+}
+
+fn sink_kafka<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    string_map(d, "sink.kafka", crate::sink::config::FORCED)
+}
+
 /// A table of string values that also takes TOML integers, floats and booleans, since users
-/// write `window_ms = 10000` and `"fetch.min.bytes" = 1`.
-fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    struct MapVisitor;
+/// write `window_ms = 10000` and `"fetch.min.bytes" = 1`. A key in `forced` is refused
+/// while its value is read, so toml's error gives its line.
+fn string_map<'de, D: Deserializer<'de>>(
+    d: D,
+    table: &'static str,
+    forced: &'static [Forced],
+) -> Result<BTreeMap<String, String>, D::Error> {
+    struct MapVisitor {
+        table: &'static str,
+        forced: &'static [Forced],
+    }
     impl<'de> Visitor<'de> for MapVisitor {
         type Value = BTreeMap<String, String>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -606,9 +578,14 @@ fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String
         }
         fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
             let mut map = BTreeMap::new();
-            while let Some((key, ScalarString(value))) =
-                access.next_entry::<String, ScalarString>()?
-            {
+            while let Some(key) = access.next_key::<String>()? {
+                if let Some(property) = kafka_config::forced(self.forced, &key) {
+                    let why = property.why;
+                    let message = format!("[{}] `{key}` cannot be set in the job file: {why}; remove it", self.table);
+                    access.next_value_seed(Refuse(message.clone()))?;
+                    return Err(de::Error::custom(message));
+                }
+                let ScalarString(value) = access.next_value()?;
                 if map.len() >= MAX_MAP_ENTRIES {
                     return Err(de::Error::custom(format!(
                         "the table has more than {MAX_MAP_ENTRIES} entries"
@@ -625,7 +602,46 @@ fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String
             Ok(map)
         }
     }
-    d.deserialize_map(MapVisitor)
+    d.deserialize_map(MapVisitor { table, forced })
+}
+
+/// Fails with its message whatever the value is: the error then carries the value's
+/// position, which toml turns into a line.
+struct Refuse(String);
+
+impl<'de> de::DeserializeSeed<'de> for Refuse {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Refuse {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Err(E::custom(self.0))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Err(E::custom(self.0))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Err(E::custom(self.0))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Err(E::custom(self.0))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Err(E::custom(self.0))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        Err(de::Error::custom(self.0))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        Err(de::Error::custom(self.0))
+    }
 }
 
 struct ScalarString(String);

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod engine;
 pub mod job;
+pub mod kafka_config;
 pub mod metrics;
 pub mod operator;
 pub mod sink;

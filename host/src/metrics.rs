@@ -1,4 +1,5 @@
-//! The job's metrics, served in Prometheus text format on `--metrics-addr` at `GET /metrics`.
+//! The job's metrics, served in Prometheus text format on `--metrics-addr` at `GET /metrics`
+//! (by default 127.0.0.1:9464, or a free port when another job holds it).
 //! Tasks resolve their handles once (`Metrics::operator`) and then only touch atomics, so
 //! counting costs the hot path one relaxed increment per batch; the registry and the encoder
 //! are `prometheus-client`'s, the HTTP responder a small bounded one on the tokio runtime.
@@ -253,6 +254,33 @@ impl MetricsServer {
         Ok(MetricsServer { listener, metrics })
     }
 
+    /// Binds `preferred`, a default the user did not choose; when it cannot be had (another
+    /// job on this host holds it), a free port on the same interface, with a warning
+    /// naming both and how to choose. `None` only when no port at all can be bound: a
+    /// default address never stops a job from starting.
+    pub async fn bind_default(preferred: SocketAddr, metrics: Metrics) -> Option<Self> {
+        let error = match Self::bind(preferred, metrics.clone()).await {
+            Ok(server) => return Some(server),
+            Err(error) => error,
+        };
+        let fallback = SocketAddr::new(preferred.ip(), 0);
+        match Self::bind(fallback, metrics).await {
+            Ok(server) => {
+                let at = server.local_addr().map_or_else(|_| fallback.to_string(), |a| a.to_string());
+                tracing::warn!(
+                    "metrics: the default address {preferred} is unavailable ({}); serving on {at} \
+                     instead; pass --metrics-addr to choose one",
+                    error.kind()
+                );
+                Some(server)
+            }
+            Err(fallback_error) => {
+                tracing::warn!("metrics not served: {error}; {fallback_error}");
+                None
+            }
+        }
+    }
+
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
     }
@@ -448,6 +476,21 @@ mod tests {
 
         let missing = get(addr, "/").await;
         assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+        serving.abort();
+    }
+
+    #[tokio::test]
+    async fn a_busy_default_address_falls_back_to_a_free_port() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let busy = taken.local_addr().unwrap();
+        let server = MetricsServer::bind_default(busy, Metrics::new())
+            .await
+            .expect("a free port instead");
+        let addr = server.local_addr().unwrap();
+        assert_eq!(addr.ip(), busy.ip());
+        assert_ne!(addr.port(), busy.port());
+        let serving = tokio::spawn(server.run());
+        assert!(get(addr, "/metrics").await.starts_with("HTTP/1.1 200 OK"));
         serving.abort();
     }
 

@@ -90,21 +90,44 @@ pub fn weir() -> Command {
     Command::new(std::env::var_os("WEIR_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_weir").into()))
 }
 
-/// Starts `weir run` on the job file; its stderr goes to `log`.
+/// Starts `weir run` on the job file, serving metrics on a free port; its output goes to `log`.
 pub fn start(job: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
+    let mut command = run_command(job, log);
+    command.args(["--metrics-addr", "127.0.0.1:0"]).envs(env.iter().copied());
+    command.spawn().expect("starting weir")
+}
+
+/// Starts `weir run` on the job file as a user would, with the default metrics address.
+pub fn start_with_default_metrics(job: &Path, log: &Path) -> Child {
+    run_command(job, log).spawn().expect("starting weir")
+}
+
+fn run_command(job: &Path, log: &Path) -> Command {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
     let mut command = weir();
     command
         .arg("run")
         .arg(job)
-        .args(["--metrics-addr", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log);
-    for (key, value) in env {
-        command.env(key, value);
+    command
+}
+
+/// GET /metrics from the address the job last logged; empty if it cannot be reached.
+pub fn scrape_metrics(log: &Path) -> String {
+    use std::io::{Read, Write};
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let Some(at) = text.rfind("metrics at http://") else { return String::new() };
+    let addr = text[at + "metrics at http://".len()..].split('/').next().unwrap_or_default().to_string();
+    let Ok(mut stream) = std::net::TcpStream::connect(&addr) else { return String::new() };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("read timeout");
+    if write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").is_err() {
+        return String::new();
     }
-    command.spawn().expect("starting weir")
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body
 }
 
 pub fn kill(child: &mut Child) {

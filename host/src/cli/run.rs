@@ -18,10 +18,16 @@ use weir::operator::{Plugin, Runtime, RuntimeConfig};
 pub struct RunArgs {
     /// The job file (TOML); see the README for its keys.
     job: PathBuf,
-    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one.
-    #[arg(long, default_value = "127.0.0.1:9464")]
-    metrics_addr: SocketAddr,
+    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one. An
+    /// address given here that cannot be bound is an error; by default weir serves on
+    /// 127.0.0.1:9464 or, when another job holds it, a free port (the log says which).
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
 }
+
+/// Where metrics are served unless `--metrics-addr` says otherwise.
+const DEFAULT_METRICS_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9464);
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let job = weir::job::load(&args.job)?;
@@ -45,13 +51,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the control runtime")?;
-    let server = control.block_on(MetricsServer::bind(args.metrics_addr, metrics.clone()))?;
-    tracing::info!("metrics at http://{}/metrics", server.local_addr()?);
-    control.spawn(async move {
-        if let Err(e) = server.run().await {
-            tracing::error!("the metrics endpoint stopped: {e}");
-        }
-    });
+    let server = match args.metrics_addr {
+        Some(addr) => Some(control.block_on(MetricsServer::bind(addr, metrics.clone()))?),
+        None => control.block_on(MetricsServer::bind_default(DEFAULT_METRICS_ADDR, metrics.clone())),
+    };
+    if let Some(server) = server {
+        tracing::info!("metrics at http://{}/metrics", server.local_addr()?);
+        control.spawn(async move {
+            if let Err(e) = server.run().await {
+                tracing::error!("the metrics endpoint stopped: {e}");
+            }
+        });
+    }
     control.spawn(stop_on_signal(Arc::clone(&stop)));
 
     let engine = Engine::new(job, plugins, store, Options { stop, metrics });

@@ -43,8 +43,12 @@ pub struct DeadLetter {
 
 pub enum Message {
     Records(Records),
-    /// Event time has reached this value (epoch ms) on the sending task.
+    /// Event time has reached this value (epoch ms) on the sending task; a task that
+    /// was `Idle` is active again.
     Watermark(i64),
+    /// The sending task has no active input (`[source] idle_timeout_ms`): until its
+    /// next `Watermark`, it holds no downstream watermark back.
+    Idle,
     /// Checkpoint `n`: everything before it belongs to epoch `n`.
     Barrier(u64),
     DeadLetter(DeadLetter),

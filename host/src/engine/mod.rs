@@ -347,7 +347,7 @@ impl Engine {
                     control: control_rx,
                     events: events_tx.clone(),
                     metrics: self.options.metrics.clone(),
-                    lag_reported: None,
+                    idle_timeout: job.source.idle_timeout(),
                 };
                 let what = format!("source task {index} (topic {})", job.source.topic);
                 handles.push(spawn_task(scope, format!("source-{index}"), what, events_tx.clone(), move || task.run()));

@@ -59,7 +59,9 @@ impl OperatorTask {
     pub fn run(mut self) -> Result<(), TaskFailure> {
         let inputs = std::mem::take(&mut self.inputs);
         let mut aligned = vec![false; inputs.len()];
-        let mut input_watermarks = vec![i64::MIN; inputs.len()];
+        // `None`: the input is idle and holds nothing back.
+        let mut input_watermarks = vec![Some(i64::MIN); inputs.len()];
+        let mut idle = false;
         loop {
             let mut select = Select::new();
             let open: Vec<usize> = (0..inputs.len()).filter(|&i| !aligned[i]).collect();
@@ -74,11 +76,12 @@ impl OperatorTask {
             match message {
                 Message::Records(records) => self.process(records)?,
                 Message::Watermark(watermark) => {
-                    input_watermarks[input] = watermark;
-                    let least = *input_watermarks.iter().min().expect("at least one input");
-                    if least > self.watermark {
-                        self.advance(least)?;
-                    }
+                    input_watermarks[input] = Some(watermark);
+                    self.combine(&input_watermarks, &mut idle)?;
+                }
+                Message::Idle => {
+                    input_watermarks[input] = None;
+                    self.combine(&input_watermarks, &mut idle)?;
                 }
                 Message::Barrier(n) => {
                     aligned[input] = true;
@@ -132,6 +135,32 @@ impl OperatorTask {
                     self.send(0, Message::DeadLetter(letter))?;
                 }
                 Err(error) => return Err(TaskFailure::Operator { error, origins: vec![origin] }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Combines the inputs' watermarks (DESIGN.md §4): the least of the active ones
+    /// moves this subtask's forward, never back, so an input that woke behind it holds
+    /// it until the input catches up (its records behind it are late for the plugin).
+    /// With every input idle, so is this subtask: it says so downstream once.
+    fn combine(&mut self, inputs: &[Option<i64>], idle: &mut bool) -> Result<(), TaskFailure> {
+        let Some(&least) = inputs.iter().flatten().min() else {
+            if !std::mem::replace(idle, true) {
+                for target in 0..self.outputs.len() {
+                    self.send(target, Message::Idle)?;
+                }
+            }
+            return Ok(());
+        };
+        let was_idle = std::mem::replace(idle, false);
+        if least > self.watermark {
+            return self.advance(least);
+        }
+        if was_idle {
+            // Active again, at the event time it had reached.
+            for target in 0..self.outputs.len() {
+                self.send(target, Message::Watermark(self.watermark))?;
             }
         }
         Ok(())

@@ -12,12 +12,14 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerGroupMetadat
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::batch::{Batch, RecordRef};
 use crate::checkpoint::Event;
 use crate::engine::TaskFailure;
 use crate::engine::message::{DeadLetter, Message};
+
+pub mod config;
 
 /// How long one transactional call may take before the attempt is failed.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -115,22 +117,8 @@ impl Sink {
     /// Connects and, exactly-once, calls `init_transactions`: this fences any earlier
     /// instance of the job and aborts the transaction it left open.
     pub fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer) -> Result<Sink, SinkError> {
-        let mut client = ClientConfig::new();
-        for (key, value) in config.extra {
-            client.set(key, value);
-        }
-        client
-            .set("bootstrap.servers", config.brokers)
-            .set("partitioner", "murmur2_random")
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "5")
-            // Only failures matter (they are counted); a report per delivered record
-            // cost a sixth of a pass-through job's CPU.
-            .set("delivery.report.only.error", "true");
-        if config.delivery == Delivery::ExactlyOnce {
-            client.set("transactional.id", config.job);
-        }
+        let transactional = config.delivery == Delivery::ExactlyOnce;
+        let client = self::config::client_config(config.job, config.brokers, transactional, config.extra);
         let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
         let producer: ThreadedProducer<SinkContext> = client
             .create_with_context(SinkContext::default())
@@ -336,7 +324,7 @@ impl SinkTask<'_> {
                     .sink
                     .send_dead_letter(&letter, &self.source_topic)
                     .map_err(TaskFailure::Sink)?,
-                Message::Watermark(_) => {}
+                Message::Watermark(_) | Message::Idle => {}
                 Message::Barrier(n) => {
                     aligned[input] = true;
                     if aligned.iter().all(|&a| a) {

@@ -27,6 +27,7 @@ pub struct Fetcher {
     messages: Vec<*mut rd::rd_kafka_message_t>,
     /// How many of `messages` the caller has used; the rest come first next time.
     used: usize,
+    topic: CString,
     consumer: BaseConsumer,
 }
 
@@ -43,14 +44,15 @@ impl Fetcher {
         // SAFETY: the client pointer is valid while `consumer` lives, which the Fetcher
         // guarantees by owning it; the queue is released in drop.
         let queue = NonNull::new(unsafe { rd::rd_kafka_queue_new(client) }).ok_or("librdkafka created no queue")?;
-        let fetcher = Fetcher { queue, messages: Vec::new(), used: 0, consumer };
+        let fetcher = Fetcher { queue, messages: Vec::new(), used: 0, topic, consumer };
         for partition in partitions {
             // SAFETY: valid client and topic; the partition's handle is released at once,
             // its forwarding stays with the partition.
             unsafe {
-                let fetched = rd::rd_kafka_queue_get_partition(client, topic.as_ptr(), partition);
-                let fetched = NonNull::new(fetched)
-                    .ok_or_else(|| format!("librdkafka has no queue for partition {partition} of {topic:?}"))?;
+                let fetched = rd::rd_kafka_queue_get_partition(client, fetcher.topic.as_ptr(), partition);
+                let fetched = NonNull::new(fetched).ok_or_else(|| {
+                    format!("librdkafka has no queue for partition {partition} of {:?}", fetcher.topic)
+                })?;
                 rd::rd_kafka_queue_forward(fetched.as_ptr(), fetcher.queue.as_ptr());
                 rd::rd_kafka_queue_destroy(fetched.as_ptr());
             }
@@ -60,6 +62,28 @@ impl Fetcher {
 
     pub fn consumer(&self) -> &BaseConsumer {
         &self.consumer
+    }
+
+    /// Messages fetched that the caller has not used yet.
+    pub fn pending(&self) -> usize {
+        self.messages.len() - self.used
+    }
+
+    /// The high watermark of `partition` as of the consumer's last fetch response for
+    /// it: a local read, no broker request. `None` before the first response.
+    pub fn cached_high_watermark(&self, partition: i32) -> Option<i64> {
+        let (mut low, mut high) = (-1, -1);
+        // SAFETY: the client lives as long as `self.consumer`; valid topic and out-pointers.
+        let code = unsafe {
+            rd::rd_kafka_get_watermark_offsets(
+                self.consumer.client().native_ptr(),
+                self.topic.as_ptr(),
+                partition,
+                &mut low,
+                &mut high,
+            )
+        };
+        (code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
     }
 
     /// Messages to read, oldest first: those of the last fetch the caller has not

@@ -3,11 +3,11 @@
 //! barrier records the next offset of every partition before forwarding the barrier.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use rdkafka::consumer::Consumer;
+use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Event;
@@ -16,8 +16,12 @@ use crate::engine::route::subtask_for;
 use crate::engine::TaskFailure;
 use crate::metrics::Metrics;
 
+pub mod config;
 pub mod fetch;
+pub mod progress;
+pub use config::consumer;
 use fetch::Fetcher;
+use progress::{Activity, Progress};
 
 /// Records and bytes one batch holds at most (the bytes bound is passed by one record
 /// at most): bounds memory per channel slot. Records are fetched `FETCH_RECORDS` at a time.
@@ -26,9 +30,10 @@ const BATCH_BYTES: usize = 1 << 20;
 const FETCH_RECORDS: usize = 128;
 /// How long a poll waits for the first record of a batch; bounds barrier latency.
 const POLL_WAIT: Duration = Duration::from_millis(20);
-/// How often, and how patiently, consumer lag is measured.
-const LAG_EVERY: Duration = Duration::from_secs(5);
-const LAG_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often consumer lag is refreshed and quiet partitions are looked at, read or not.
+const TICK: Duration = Duration::from_secs(1);
+/// How long the broker may take to confirm that a quiet partition has nothing to read.
+const DRAINED_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What a source task checkpoints for one partition.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -59,35 +64,9 @@ pub struct SourceTask {
     pub control: Receiver<Control>,
     pub events: Sender<Event>,
     pub metrics: Metrics,
-    pub lag_reported: Option<std::time::Instant>,
-}
-
-/// How long librdkafka waits before fetching a partition again once its read-ahead is
-/// full. Its default (1 s) starves a source that drains the read-ahead in a fraction
-/// of that: the window-count job read 10 M records at 0.40 M/s with it, 1.1 M/s with 10 ms.
-const FETCH_QUEUE_BACKOFF_MS: &str = "10";
-
-/// A consumer for the job's input: committed data only, offsets never auto-committed.
-/// Read-ahead keeps librdkafka's bound (64 MiB per consumer): an 8 MiB bound cost a
-/// third of the window-count job's throughput at 10 M records for no RSS gain.
-/// `[source.kafka]` may override the fetch backoff, not the properties set after it.
-pub fn consumer(brokers: &str, group: &str, extra: &BTreeMap<String, String>) -> rdkafka::error::KafkaResult<BaseConsumer> {
-    let mut config = ClientConfig::new();
-    config.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
-    for (key, value) in extra {
-        config.set(key, value);
-    }
-    config
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "false")
-        // A checkpointed offset the broker no longer has (deleted by retention) must
-        // stop the job, never silently skip to the end of the partition.
-        .set("auto.offset.reset", "error")
-        .create()
+    /// `[source] idle_timeout_ms`: when a partition that reads nothing stops holding
+    /// the watermark back (never when `None`).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl SourceTask {
@@ -107,37 +86,48 @@ impl SourceTask {
 
     pub fn run(mut self) -> Result<(), TaskFailure> {
         self.assign()?;
-        let mut watermark = i64::MIN;
         if self.partitions.is_empty() {
-            // Nothing to read: never hold back downstream event time.
-            watermark = i64::MAX;
-            self.broadcast(Message::Watermark(watermark))?;
+            return self.run_without_partitions();
         }
+        let mut activity = Activity::new(self.idle_timeout, &self.partitions, Instant::now());
+        let mut sent = Progress::Watermark(i64::MIN);
+        let mut next_tick = Instant::now();
         loop {
             match self.control.try_recv() {
                 Ok(Control::Barrier(n)) => self.barrier(n)?,
                 Ok(Control::Stop) | Err(TryRecvError::Disconnected) => return Ok(()),
                 Err(TryRecvError::Empty) => {}
             }
-            if self.partitions.is_empty() {
-                // Wait for control only; a bounded wait keeps shutdown prompt.
-                match self.control.recv_timeout(POLL_WAIT * 5) {
-                    Ok(Control::Barrier(n)) => self.barrier(n)?,
-                    Ok(Control::Stop) => return Ok(()),
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
-                }
-                continue;
-            }
             let records = self.read_batch()?;
             if !records.is_empty() {
                 self.send_records(records)?;
-                self.report_lag();
+                self.wake(&mut activity);
             }
-            let current = self.watermark();
-            if current > watermark {
-                watermark = current;
-                self.broadcast(Message::Watermark(watermark))?;
+            if Instant::now() >= next_tick {
+                self.tick(&mut activity);
+                next_tick = Instant::now() + TICK;
+            }
+            let progress = activity.progress(&self.partitions, self.max_out_of_orderness_ms);
+            if progress != sent {
+                sent = progress;
+                self.broadcast(match progress {
+                    Progress::Watermark(watermark) => Message::Watermark(watermark),
+                    Progress::Idle => Message::Idle,
+                })?;
+            }
+        }
+    }
+
+    /// A task with nothing to read never holds back downstream event time; it only
+    /// forwards barriers.
+    fn run_without_partitions(self) -> Result<(), TaskFailure> {
+        self.broadcast(Message::Watermark(i64::MAX))?;
+        loop {
+            // A bounded wait keeps shutdown prompt.
+            match self.control.recv_timeout(POLL_WAIT * 5) {
+                Ok(Control::Barrier(n)) => self.barrier(n)?,
+                Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Err(RecvTimeoutError::Timeout) => {}
             }
         }
     }
@@ -205,29 +195,64 @@ impl SourceTask {
         }
     }
 
-    /// Consumer lag per partition: one high-watermark request per partition, at most
-    /// every `LAG_EVERY`, so the metric costs the hot path nothing measurable.
-    fn report_lag(&mut self) {
-        if self.lag_reported.is_some_and(|at| at.elapsed() < LAG_EVERY) {
-            return;
+    /// Once a second, read or not: consumer lag from the consumer's cached high
+    /// watermarks (no broker request), and quiet partitions with nothing left to read
+    /// go idle.
+    fn tick(&self, activity: &mut Activity) {
+        let positions = self.read_positions();
+        for (&partition, &read) in &positions {
+            if let Some(high) = self.fetcher.cached_high_watermark(partition) {
+                self.metrics.consumer_lag(&self.topic, partition).set((high - read).max(0));
+            }
         }
-        self.lag_reported = Some(std::time::Instant::now());
-        for state in self.partitions.values() {
-            if let Ok((_, high)) = self.fetcher.consumer().fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
-                self.metrics
-                    .consumer_lag(&self.topic, state.partition)
-                    .set((high - state.next_offset).max(0));
+        for partition in activity.quiet(&self.partitions, Instant::now()) {
+            if self.drained(partition, positions[&partition]) {
+                tracing::info!(
+                    source = self.index, topic = %self.topic, partition,
+                    "partition idle: it no longer holds the watermark back until it reads a record"
+                );
+                activity.set_idle(partition, self.partitions[&partition].next_offset);
             }
         }
     }
 
-    /// The task's watermark: the least of its partitions' (max event time − allowed lateness).
-    fn watermark(&self) -> i64 {
-        self.partitions
-            .values()
-            .map(|p| p.max_timestamp.saturating_sub(self.max_out_of_orderness_ms))
-            .min()
-            .unwrap_or(i64::MAX)
+    /// Idle partitions that read a record hold the watermark again.
+    fn wake(&self, activity: &mut Activity) {
+        for partition in activity.wake(&self.partitions, Instant::now()) {
+            tracing::info!(
+                source = self.index, topic = %self.topic, partition,
+                "idle partition read a record: it holds the watermark again"
+            );
+        }
+    }
+
+    /// Where each partition's reading stands: its next offset or, once every fetched
+    /// message is used, the consumer's position, which also steps over transaction
+    /// markers (they carry no record, so the next offset never passes them).
+    fn read_positions(&self) -> BTreeMap<i32, i64> {
+        let consumer = (self.fetcher.pending() == 0).then(|| self.fetcher.consumer().position().ok()).flatten();
+        let position = |partition| match consumer.as_ref()?.find_partition(&self.topic, partition)?.offset() {
+            Offset::Offset(offset) => Some(offset),
+            _ => None,
+        };
+        let read = |state: &PartitionState| position(state.partition).map_or(state.next_offset, |at| at.max(state.next_offset));
+        self.partitions.values().map(|state| (state.partition, read(state))).collect()
+    }
+
+    /// Whether `partition`, read up to `read`, has nothing left: the cached high
+    /// watermark first (free), then the broker's, since the cache goes stale while a
+    /// full read-ahead pauses fetching.
+    fn drained(&self, partition: i32, read: i64) -> bool {
+        if self.fetcher.cached_high_watermark(partition).is_none_or(|high| read < high) {
+            return false;
+        }
+        match self.fetcher.consumer().fetch_watermarks(&self.topic, partition, DRAINED_TIMEOUT) {
+            Ok((_, high)) => read >= high,
+            Err(error) => {
+                tracing::debug!(topic = %self.topic, partition, "high watermark unknown, partition stays active: {error}");
+                false
+            }
+        }
     }
 
     fn send_records(&self, records: Records) -> Result<(), TaskFailure> {
@@ -260,6 +285,7 @@ impl SourceTask {
         for target in 0..self.outputs.len() {
             let message = match &make {
                 Message::Watermark(w) => Message::Watermark(*w),
+                Message::Idle => Message::Idle,
                 Message::Barrier(n) => Message::Barrier(*n),
                 Message::Records(_) | Message::DeadLetter(_) => unreachable!("only markers are broadcast"),
             };
