@@ -15,7 +15,7 @@ pub const PER_MS: u64 = 100;
 /// Key of the flush records; their window never closes, so it never appears in output.
 pub const FLUSH_KEY: &str = "flush";
 /// How far after the last record the flush records are: closes every window.
-pub const FLUSH_AFTER_MS: i64 = 3_600_000;
+const FLUSH_AFTER_MS: i64 = 3_600_000;
 /// Event-time lag of partition p behind partition 0 is p times this. Smaller than the
 /// 2 s of event time in a `--quick` input, so the lag crosses a window end even there.
 pub const PARTITION_LAG_MS: i64 = 250;

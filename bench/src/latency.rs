@@ -8,13 +8,14 @@
 //! with different offsets measure different phases. Every run's whole output is then
 //! compared exactly with the counts of the records produced.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use rdkafka::ClientConfig;
 use rdkafka::consumer::Consumer;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -29,6 +30,31 @@ use crate::topics;
 const SKIP_MS: i64 = 3_000;
 /// How long after production ends the whole output must be visible.
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How far after the last live record the flush records are: past every window's end, and
+/// well inside the broker's bound on future timestamps (`log.message.timestamp.after.max.ms`,
+/// 1 h by default since Kafka 4.0), which silently drops records beyond it.
+const FLUSH_AFTER_MS: i64 = 60_000;
+
+/// Counts the records the broker refused: the reference holds only what was produced,
+/// so a refused record fails the run instead of showing up as the system's error.
+#[derive(Default)]
+struct Deliveries {
+    failed: AtomicU64,
+    first: Mutex<Option<String>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            self.first.lock().expect("deliveries").get_or_insert_with(|| e.to_string());
+        }
+    }
+}
 
 /// The run's event-time clock: monotonic, wall-clock time at its creation plus the offset.
 #[derive(Debug, Clone, Copy)]
@@ -60,11 +86,11 @@ struct Produced {
 
 /// Produces `rate` records/s for `seconds` (event time = the clock), then the flush records.
 fn live(spec: &Spec<'_>, clock: Clock) -> anyhow::Result<Produced> {
-    let producer: BaseProducer = ClientConfig::new()
+    let producer: BaseProducer<Deliveries> = ClientConfig::new()
         .set("bootstrap.servers", spec.brokers)
         .set("enable.idempotence", "true")
         .set("linger.ms", "1")
-        .create()
+        .create_with_context(Deliveries::default())
         .with_context(|| format!("creating a producer on {}", spec.brokers))?;
     let started = Instant::now();
     let mut counts = WindowCounts::new(spec.window_ms);
@@ -88,17 +114,23 @@ fn live(spec: &Spec<'_>, clock: Clock) -> anyhow::Result<Produced> {
         }
     }
     let achieved_rate = sent as f64 / started.elapsed().as_secs_f64();
-    let flush_ts = clock.now_ms() + data::FLUSH_AFTER_MS;
+    let flush_ts = clock.now_ms() + FLUSH_AFTER_MS;
     for p in 0..spec.workload.partitions {
         let value = data::flush_value(p);
         send(&producer, BaseRecord::to(spec.input).partition(p).key(data::FLUSH_KEY).payload(value.as_str()).timestamp(flush_ts))?;
     }
     producer.flush(topics::WAIT).with_context(|| format!("flushing the last records to {}", spec.input))?;
+    producer.poll(Duration::ZERO);
+    let failed = producer.context().failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        let first = producer.context().first.lock().expect("deliveries").clone().unwrap_or_default();
+        bail!("{failed} records were not delivered to {} (the first: {first})", spec.input);
+    }
     let closed_live_until = last_ts.iter().copied().min().unwrap_or(i64::MIN);
     Ok(Produced { achieved_rate, expected: counts.digests(), closed_live_until })
 }
 
-fn send(producer: &BaseProducer, mut record: BaseRecord<'_, str, str>) -> anyhow::Result<()> {
+fn send(producer: &BaseProducer<Deliveries>, mut record: BaseRecord<'_, str, str>) -> anyhow::Result<()> {
     let deadline = Instant::now() + topics::WAIT;
     loop {
         match producer.send(record) {

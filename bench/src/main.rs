@@ -210,21 +210,15 @@ fn main() -> anyhow::Result<()> {
                 command: &command,
             })?;
             eprintln!(
-                "weir-bench: {system}: {:.2} s, {:.0} records/s, {:.1} CPU s ({:.0} records/CPU-s), peak RSS {:.0} MiB, output {} ({} expected, {} seen, {} missing, {} unexpected){}",
+                "weir-bench: {system}: {:.2} s, {:.0} records/s, {:.1} CPU s ({:.0} records/CPU-s), peak RSS {:.0} MiB, {}",
                 outcome.seconds,
                 outcome.records_per_s,
                 outcome.cpu_s,
                 outcome.records_per_cpu_s,
                 outcome.peak_rss_mib,
-                if outcome.correct { "correct" } else { "WRONG" },
-                outcome.diff.expected,
-                outcome.diff.observed,
-                outcome.diff.missing,
-                outcome.diff.unexpected,
-                if outcome.note.is_empty() { String::new() } else { format!(": {}", outcome.note) },
+                verdict(outcome.correct, &outcome.diff, &outcome.note),
             );
-            report::append(&results, &serde_json::to_value(&outcome)?)?;
-            if outcome.correct { Ok(()) } else { std::process::exit(3) }
+            record(&results, &outcome, outcome.correct)
         }
         Cmd::Latency(args) => latency(args),
         Cmd::Chart { results, out } => chart::write(&results, &out),
@@ -254,19 +248,32 @@ fn latency(args: LatencyArgs) -> anyhow::Result<()> {
     })?;
     let ms = |v: Option<i64>| v.map_or_else(|| "–".to_owned(), |v| v.to_string());
     eprintln!(
-        "weir-bench: latency {system} at {checkpoint_ms} ms checkpoints, run {run} (offset {offset_ms} ms): {:.0} records/s, {} results, p50 {} / p99 {} / max {} ms, output {} ({} expected, {} seen, {} missing, {} unexpected){}",
+        "weir-bench: latency {system} at {checkpoint_ms} ms checkpoints, run {run} (offset {offset_ms} ms): {:.0} records/s, {} results, p50 {} / p99 {} / max {} ms, {}",
         outcome.achieved_rate,
         outcome.samples,
         ms(outcome.p50_ms),
         ms(outcome.p99_ms),
         ms(outcome.max_ms),
-        if outcome.correct { "correct" } else { "WRONG" },
-        outcome.diff.expected,
-        outcome.diff.observed,
-        outcome.diff.missing,
-        outcome.diff.unexpected,
-        if outcome.note.is_empty() { String::new() } else { format!(": {}", outcome.note) },
+        verdict(outcome.correct, &outcome.diff, &outcome.note),
     );
-    report::append(&results, &serde_json::to_value(&outcome)?)?;
-    if outcome.correct { Ok(()) } else { std::process::exit(3) }
+    record(&results, &outcome, outcome.correct)
+}
+
+/// "output correct|WRONG (counts)[: note]", for a run's log line.
+fn verdict(correct: bool, diff: &reference::Diff, note: &str) -> String {
+    format!(
+        "output {} ({} expected, {} seen, {} missing, {} unexpected){}",
+        if correct { "correct" } else { "WRONG" },
+        diff.expected,
+        diff.observed,
+        diff.missing,
+        diff.unexpected,
+        if note.is_empty() { String::new() } else { format!(": {note}") },
+    )
+}
+
+/// Appends a run's figures to the results file; a wrong output exits with status 3.
+fn record(results: &std::path::Path, outcome: &impl serde::Serialize, correct: bool) -> anyhow::Result<()> {
+    report::append(results, &serde_json::to_value(outcome)?)?;
+    if correct { Ok(()) } else { std::process::exit(3) }
 }
