@@ -109,7 +109,7 @@ fn live(spec: &Spec<'_>, clock: Clock) -> anyhow::Result<Produced> {
         counts.add(rec.key, rec.ts);
         last_ts[rec.partition as usize] = rec.ts;
         sent += 1;
-        if sent % 256 == 0 {
+        if sent.is_multiple_of(256) {
             producer.poll(Duration::ZERO);
         }
     }

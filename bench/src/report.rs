@@ -45,7 +45,7 @@ pub fn write(results: &Path, markdown: &Path, context: &str) -> anyhow::Result<(
     let old = std::fs::read_to_string(markdown).unwrap_or_else(|_| "# Benchmarks\n".into());
     let new = match (old.find(START), old.find(END)) {
         (Some(a), Some(b)) if b > a => format!("{}{}{}", &old[..a], s, old[b + END.len()..].trim_start_matches('\n')),
-        _ => format!("{}\n{}", old.trim_end(), format!("\n{s}")),
+        _ => format!("{}\n\n{s}", old.trim_end()),
     };
     std::fs::write(markdown, new).with_context(|| format!("writing {}", markdown.display()))?;
     eprintln!("weir-bench: wrote the results section of {}", markdown.display());
