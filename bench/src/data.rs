@@ -1,6 +1,12 @@
 //! The seeded input: N click records over K keys on P partitions, event time advancing
 //! 100 records per millisecond, then one far-later flush record per partition. The
 //! generator produces it and the checker regenerates it, so both see the same records.
+//!
+//! Each record's partition is drawn independently of its key, so every key lives on every
+//! partition: a key-by that routed nothing would split a key's count. Partition p's event
+//! time runs p × `PARTITION_LAG_MS` behind partition 0's (still non-decreasing within each
+//! partition), so the parallel inputs of an operator always hold different watermarks and
+//! a merge that ignored the lagging ones would fire windows early and drop their records.
 
 /// Event time of record 0 (November 2023): in the past, so the broker never rejects it.
 pub const T0: i64 = 1_700_000_000_000;
@@ -10,6 +16,9 @@ pub const PER_MS: u64 = 100;
 pub const FLUSH_KEY: &str = "flush";
 /// How far after the last record the flush records are: closes every window.
 const FLUSH_AFTER_MS: i64 = 3_600_000;
+/// Event-time lag of partition p behind partition 0 is p times this. Smaller than the
+/// 2 s of event time in a `--quick` input, so the lag crosses a window end even there.
+pub const PARTITION_LAG_MS: i64 = 250;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Workload {
@@ -36,10 +45,11 @@ impl Workload {
         let mut rng = SplitMix64(self.seed);
         (0..self.records).map(move |i| {
             let key = (rng.next() % keys) as u32;
+            let partition = (rng.next() % partitions) as i32;
             Rec {
-                partition: (key as u64 % partitions) as i32,
+                partition,
                 key,
-                ts: T0 + (i / PER_MS) as i64,
+                ts: T0 + (i / PER_MS) as i64 - partition as i64 * PARTITION_LAG_MS,
                 page: (rng.next() % 100_000) as u32,
                 session: rng.next(),
             }
@@ -78,5 +88,71 @@ impl SplitMix64 {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+
+    use super::*;
+    use crate::reference::{self, Kind, WINDOW_MS, WindowCounts};
+
+    /// The `--quick` input: what CI checks weir with.
+    const QUICK: Workload = Workload { records: 200_000, keys: 100_000, partitions: 4, seed: 42 };
+
+    #[test]
+    fn event_time_never_goes_back_within_a_partition() {
+        let mut last = vec![i64::MIN; QUICK.partitions as usize];
+        for r in QUICK.records() {
+            assert!(r.ts >= last[r.partition as usize], "partition {} went back to {}", r.partition, r.ts);
+            last[r.partition as usize] = r.ts;
+        }
+        assert!(last.iter().all(|&t| t < QUICK.flush_ts()));
+    }
+
+    #[test]
+    fn keys_are_spread_over_partitions() {
+        let mut seen: HashMap<u32, (u32, HashSet<i32>)> = HashMap::new();
+        for r in QUICK.records() {
+            let (n, partitions) = seen.entry(r.key).or_default();
+            *n += 1;
+            partitions.insert(r.partition);
+        }
+        let repeated = seen.values().filter(|(n, _)| *n > 1).count();
+        let spread = seen.values().filter(|(_, p)| p.len() > 1).count();
+        // Drawn independently, a key's second record lands on another partition 3 times in 4.
+        assert!(spread * 3 > repeated * 2, "of {repeated} keys with several records, {spread} are on several partitions");
+    }
+
+    /// Two source tasks (partition p goes to task p % 2) feeding one keyed operator,
+    /// records in production order: what each task counts alone, and the records that are
+    /// late at the operator under a given merge of the tasks' watermarks.
+    fn simulate(merge: fn(i64, i64) -> i64) -> (Vec<u128>, usize) {
+        let mut alone = [WindowCounts::new(WINDOW_MS), WindowCounts::new(WINDOW_MS)];
+        let mut max_ts = vec![i64::MIN; QUICK.partitions as usize];
+        let mut late = 0;
+        for r in QUICK.records() {
+            let task_watermark = |task: i32| (0..QUICK.partitions).filter(|p| p % 2 == task).map(|p| max_ts[p as usize]).min().unwrap();
+            let operator_watermark = merge(task_watermark(0), task_watermark(1));
+            if r.ts.div_euclid(WINDOW_MS) * WINDOW_MS + WINDOW_MS <= operator_watermark {
+                late += 1;
+            }
+            max_ts[r.partition as usize] = max_ts[r.partition as usize].max(r.ts);
+            alone[(r.partition % 2) as usize].add(r.key, r.ts);
+        }
+        let mut unshuffled = [alone[0].digests(), alone[1].digests()].concat();
+        unshuffled.sort_unstable();
+        (unshuffled, late)
+    }
+
+    #[test]
+    fn a_missing_shuffle_or_a_broken_watermark_merge_changes_the_output() {
+        let expected = reference::expected(Kind::WindowCount, &QUICK);
+        let (unshuffled, late_with_min) = simulate(i64::min);
+        assert!(!reference::compare(&expected, &unshuffled).exact(), "counting per source task gives the reference");
+        assert_eq!(late_with_min, 0, "a correct engine would drop records, so the reference is not what it outputs");
+        let (_, late_with_max) = simulate(i64::max);
+        assert!(late_with_max > 0, "a merge that follows the leading input drops nothing");
     }
 }

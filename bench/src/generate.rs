@@ -39,7 +39,7 @@ pub fn run(brokers: &str, topic: &str, workload: &Workload) -> anyhow::Result<Re
         if i % 1024 == 0 {
             producer.poll(Duration::ZERO);
         }
-        if (i as u64 + 1) % step == 0 {
+        if (i as u64 + 1).is_multiple_of(step) {
             eprintln!("weir-bench gen: {} of {} records", i + 1, workload.records);
         }
     }

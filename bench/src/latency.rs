@@ -1,104 +1,180 @@
 //! Visibility latency. `live` produces the workload's kind of records at a fixed rate with
-//! event time = wall-clock time of production; `watch` reads a window-count output
-//! read_committed and, for each result, takes (now - window_end): the record that closes
-//! a window is produced right at its end, so this is the time from producing the closing
-//! record to the window's result being visible. Same clock: one machine.
+//! event time = wall-clock time of production + the run's phase offset, then one
+//! far-later flush record per partition; `watch` reads the window-count output
+//! read_committed and, for each result, takes (event-time clock now - window_end): the
+//! records that close a window are produced right when the clock reaches its end, so this
+//! is the time from producing them to the window's result being visible. The offset moves
+//! window ends relative to the system's checkpoints (which run on the wall clock), so runs
+//! with different offsets measure different phases. Every run's whole output is then
+//! compared exactly with the counts of the records produced.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use rdkafka::ClientConfig;
 use rdkafka::consumer::Consumer;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::data::{self, Workload};
+use crate::reference::{self, Diff, WindowCounts};
 use crate::topics;
 
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+/// Results of windows that end this long after production starts are the first measured:
+/// the system is still settling before.
+const SKIP_MS: i64 = 3_000;
+/// How long after production ends the whole output must be visible.
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How far after the last live record the flush records are: past every window's end, and
+/// well inside the broker's bound on future timestamps (`log.message.timestamp.after.max.ms`,
+/// 1 h by default since Kafka 4.0), which silently drops records beyond it.
+const FLUSH_AFTER_MS: i64 = 60_000;
+
+/// Counts the records the broker refused: the reference holds only what was produced,
+/// so a refused record fails the run instead of showing up as the system's error.
+#[derive(Default)]
+struct Deliveries {
+    failed: AtomicU64,
+    first: Mutex<Option<String>>,
 }
 
-/// Produces `rate` records/s for `seconds` (event time = now), then returns the rate achieved.
-pub fn live(brokers: &str, topic: &str, workload: &Workload, rate: u64, seconds: u64) -> anyhow::Result<f64> {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            self.first.lock().expect("deliveries").get_or_insert_with(|| e.to_string());
+        }
+    }
+}
+
+/// The run's event-time clock: monotonic, wall-clock time at its creation plus the offset.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    origin_ms: i64,
+    started: Instant,
+}
+
+impl Clock {
+    fn new(offset_ms: i64) -> Self {
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        Self { origin_ms: wall + offset_ms, started: Instant::now() }
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.origin_ms + self.started.elapsed().as_millis() as i64
+    }
+}
+
+/// What `live` produced.
+struct Produced {
+    achieved_rate: f64,
+    /// Sorted digests of the window-count output these records must give.
+    expected: Vec<u128>,
+    /// Windows ending at or before this were closed by live records on every partition
+    /// (later ones only by the flush records, so their latency means nothing).
+    closed_live_until: i64,
+}
+
+/// Produces `rate` records/s for `seconds` (event time = the clock), then the flush records.
+fn live(spec: &Spec<'_>, clock: Clock) -> anyhow::Result<Produced> {
+    let producer: BaseProducer<Deliveries> = ClientConfig::new()
+        .set("bootstrap.servers", spec.brokers)
         .set("enable.idempotence", "true")
         .set("linger.ms", "1")
-        .create()
-        .with_context(|| format!("creating a producer on {brokers}"))?;
+        .create_with_context(Deliveries::default())
+        .with_context(|| format!("creating a producer on {}", spec.brokers))?;
     let started = Instant::now();
-    let total = rate * seconds;
+    let mut counts = WindowCounts::new(spec.window_ms);
+    let mut last_ts = vec![i64::MIN; spec.workload.partitions as usize];
     let mut sent = 0u64;
-    for mut rec in workload.records().take(total as usize) {
+    for mut rec in spec.workload.records() {
         // Pace: record n goes out at n / rate seconds.
-        let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+        let due = Duration::from_secs_f64(sent as f64 / spec.rate as f64);
         let elapsed = started.elapsed();
         if due > elapsed {
             producer.poll(due - elapsed);
         }
-        rec.ts = now_ms();
+        rec.ts = clock.now_ms();
         let (key, value) = (data::key(rec.key), data::value(&rec));
-        let mut record = BaseRecord::to(topic).partition(rec.partition).key(key.as_str()).payload(value.as_str()).timestamp(rec.ts);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(1));
-                }
-                Err((e, _)) => bail!("producing to {topic}: {e}"),
-            }
-        }
+        send(&producer, BaseRecord::to(spec.input).partition(rec.partition).key(key.as_str()).payload(value.as_str()).timestamp(rec.ts))?;
+        counts.add(rec.key, rec.ts);
+        last_ts[rec.partition as usize] = rec.ts;
         sent += 1;
-        if sent % 256 == 0 {
+        if sent.is_multiple_of(256) {
             producer.poll(Duration::ZERO);
         }
     }
-    producer.flush(topics::WAIT)?;
-    Ok(sent as f64 / started.elapsed().as_secs_f64())
+    let achieved_rate = sent as f64 / started.elapsed().as_secs_f64();
+    let flush_ts = clock.now_ms() + FLUSH_AFTER_MS;
+    for p in 0..spec.workload.partitions {
+        let value = data::flush_value(p);
+        send(&producer, BaseRecord::to(spec.input).partition(p).key(data::FLUSH_KEY).payload(value.as_str()).timestamp(flush_ts))?;
+    }
+    producer.flush(topics::WAIT).with_context(|| format!("flushing the last records to {}", spec.input))?;
+    producer.poll(Duration::ZERO);
+    let failed = producer.context().failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        let first = producer.context().first.lock().expect("deliveries").clone().unwrap_or_default();
+        bail!("{failed} records were not delivered to {} (the first: {first})", spec.input);
+    }
+    let closed_live_until = last_ts.iter().copied().min().unwrap_or(i64::MIN);
+    Ok(Produced { achieved_rate, expected: counts.digests(), closed_live_until })
 }
 
-pub struct Latencies {
-    pub samples: usize,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
+fn send(producer: &BaseProducer<Deliveries>, mut record: BaseRecord<'_, str, str>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + topics::WAIT;
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), back)) if Instant::now() < deadline => {
+                record = back;
+                producer.poll(Duration::from_millis(1));
+            }
+            Err((e, back)) => bail!("producing to {}: {e}", back.topic),
+        }
+    }
 }
 
-/// Watches `topic` for `seconds`, ignoring windows that ended before `skip_before_ms`.
-pub fn watch(brokers: &str, topic: &str, partitions: i32, seconds: u64, skip_before_ms: i64) -> anyhow::Result<Latencies> {
+/// One visible result: its window's end and how long after that end (event-time clock)
+/// it became visible.
+struct Sample {
+    window_end: i64,
+    latency_ms: i64,
+}
+
+/// Watches `topic` until `target` results are visible (`target` is set once production
+/// ends) or `deadline` passes.
+fn watch(brokers: &str, topic: &str, partitions: i32, clock: Clock, target: &AtomicUsize, deadline: Instant) -> anyhow::Result<Vec<Sample>> {
     let consumer = topics::consumer(brokers, &format!("weir-bench-latency-{topic}"))?;
     let mut list = TopicPartitionList::new();
     for p in 0..partitions {
         list.add_partition_offset(topic, p, Offset::Beginning)?;
     }
     consumer.assign(&list)?;
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let mut lat = Vec::new();
+    let mut samples = Vec::new();
     let mut errors = 0u32;
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && samples.len() < target.load(Ordering::Acquire) {
         match consumer.poll(Duration::from_millis(20)) {
             Some(Ok(m)) => {
-                let seen = now_ms();
+                let seen = clock.now_ms();
                 let value = m.payload().unwrap_or_default();
                 let end = window_end(value).with_context(|| format!("no window_end in {}", String::from_utf8_lossy(value)))?;
-                if end >= skip_before_ms {
-                    lat.push((seen - end) as f64);
-                }
+                samples.push(Sample { window_end: end, latency_ms: seen - end });
             }
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
             Some(Err(e)) => crate::measure::transient(&mut errors, &e, topic)?,
         }
     }
-    if lat.is_empty() {
-        bail!("no window results were visible on {topic} within {seconds} s");
-    }
-    lat.sort_by(f64::total_cmp);
-    let q = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
-    Ok(Latencies { samples: lat.len(), p50_ms: q(0.5), p99_ms: q(0.99), max_ms: *lat.last().expect("non-empty") })
+    Ok(samples)
 }
 
 fn window_end(value: &[u8]) -> Option<i64> {
@@ -114,37 +190,93 @@ pub struct Spec<'a> {
     pub output: &'a str,
     pub workload: Workload,
     pub rate: u64,
-    pub seconds: u64,
     pub warmup: Duration,
     pub checkpoint_ms: u64,
+    /// The job's window size.
+    pub window_ms: i64,
+    /// Event time minus wall-clock time: sets where window ends fall between checkpoints.
+    pub offset_ms: i64,
+    /// Which of the phases this is (only recorded).
+    pub run: u32,
     pub log: &'a std::path::Path,
     pub command: &'a [String],
 }
 
+#[derive(Debug, serde::Serialize)]
+pub struct Outcome {
+    pub system: String,
+    pub kind: &'static str,
+    pub checkpoint_ms: u64,
+    pub window_ms: i64,
+    pub offset_ms: i64,
+    pub run: u32,
+    pub rate: u64,
+    pub achieved_rate: f64,
+    pub samples: usize,
+    pub p50_ms: Option<i64>,
+    pub p99_ms: Option<i64>,
+    pub max_ms: Option<i64>,
+    pub correct: bool,
+    pub diff: Diff,
+    pub note: String,
+}
+
 /// Creates the topics, starts the system, lets it warm up, then produces at `rate` while
-/// watching the output; stops the system and returns the figures as JSON.
-pub fn run(spec: &Spec<'_>) -> anyhow::Result<serde_json::Value> {
+/// watching the output; stops the system, checks its whole output and returns the figures.
+pub fn run(spec: &Spec<'_>) -> anyhow::Result<Outcome> {
     topics::create(spec.brokers, spec.input, spec.workload.partitions)?;
     topics::create(spec.brokers, spec.output, spec.workload.partitions)?;
     let mut child = crate::measure::start_group(spec.command, spec.log)?;
     let pid = child.id() as i32;
     std::thread::sleep(spec.warmup);
-    let skip_before = now_ms() + 3_000;
+    let clock = Clock::new(spec.offset_ms);
+    let skip_before = clock.now_ms() + SKIP_MS;
+    let target = Arc::new(AtomicUsize::new(usize::MAX));
+    let production = Duration::from_secs_f64(spec.workload.records as f64 / spec.rate as f64);
     let watcher = {
-        let (brokers, output, partitions, seconds) = (spec.brokers.to_owned(), spec.output.to_owned(), spec.workload.partitions, spec.seconds + 5);
-        std::thread::spawn(move || watch(&brokers, &output, partitions, seconds, skip_before))
+        let (brokers, output, partitions, target) = (spec.brokers.to_owned(), spec.output.to_owned(), spec.workload.partitions, target.clone());
+        let deadline = Instant::now() + production + DRAIN_LIMIT;
+        std::thread::spawn(move || watch(&brokers, &output, partitions, clock, &target, deadline))
     };
-    let achieved = live(spec.brokers, spec.input, &spec.workload, spec.rate, spec.seconds);
+    let produced = live(spec, clock);
+    target.store(produced.as_ref().map_or(0, |p| p.expected.len()), Ordering::Release);
     let watched = watcher.join().map_err(|_| anyhow::anyhow!("the latency watcher panicked"))?;
     let exited = child.try_wait()?;
     crate::measure::stop_group(&mut child, pid);
-    if let Some(status) = exited {
-        bail!("{} exited during the latency run ({status}); see {}", spec.system, spec.log.display());
-    }
-    let (achieved, l) = (achieved?, watched?);
-    Ok(serde_json::json!({
-        "system": spec.system, "kind": "latency", "checkpoint_ms": spec.checkpoint_ms,
-        "rate": spec.rate, "achieved_rate": achieved, "samples": l.samples,
-        "p50_ms": l.p50_ms, "p99_ms": l.p99_ms, "max_ms": l.max_ms,
-    }))
+    let (produced, samples) = (produced?, watched?);
+
+    let observed = crate::measure::read_all(spec.brokers, spec.output, spec.workload.partitions)?;
+    let diff = reference::compare(&produced.expected, &observed);
+    let mut lat: Vec<i64> = samples
+        .iter()
+        .filter(|s| s.window_end >= skip_before && s.window_end <= produced.closed_live_until)
+        .map(|s| s.latency_ms)
+        .collect();
+    lat.sort_unstable();
+    let note = match exited {
+        Some(status) => format!("{} exited during the run ({status}); see {}", spec.system, spec.log.display()),
+        None if samples.len() < produced.expected.len() => {
+            format!("{} of {} results visible {DRAIN_LIMIT:?} after production ended", samples.len(), produced.expected.len())
+        }
+        None if lat.is_empty() => format!("no window ended between {SKIP_MS} ms into production and its end: produce for longer"),
+        None => String::new(),
+    };
+    let q = |p: f64| (!lat.is_empty()).then(|| lat[((lat.len() as f64 - 1.0) * p).round() as usize]);
+    Ok(Outcome {
+        system: spec.system.to_owned(),
+        kind: "latency",
+        checkpoint_ms: spec.checkpoint_ms,
+        window_ms: spec.window_ms,
+        offset_ms: spec.offset_ms,
+        run: spec.run,
+        rate: spec.rate,
+        achieved_rate: produced.achieved_rate,
+        samples: lat.len(),
+        p50_ms: q(0.5),
+        p99_ms: q(0.99),
+        max_ms: lat.last().copied(),
+        correct: note.is_empty() && diff.exact(),
+        diff,
+        note,
+    })
 }

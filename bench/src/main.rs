@@ -1,8 +1,10 @@
 //! `weir-bench`: the benchmark's programs. `gen` loads the seeded input, `copy` is the
 //! transactional copier (the physical limit), `measure` runs one system under the
-//! harness and appends its figures to a results file, `report` turns results into
-//! docs/benchmarks.md's table. `bench/run` drives them all.
+//! harness and appends its figures to a results file, `latency` does the same for
+//! visibility latency in one phase, `report` and `chart` turn results into
+//! docs/benchmarks.md's tables and chart. `bench/run` drives them all.
 
+mod chart;
 mod copier;
 mod data;
 mod generate;
@@ -43,6 +45,42 @@ impl WorkloadArgs {
     fn workload(self) -> data::Workload {
         data::Workload { records: self.records, keys: self.keys, partitions: self.partitions, seed: self.seed }
     }
+}
+
+#[derive(Args)]
+struct LatencyArgs {
+    #[arg(long)]
+    system: String,
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    #[arg(long)]
+    input: String,
+    #[arg(long)]
+    output: String,
+    #[arg(long, default_value_t = 50_000)]
+    rate: u64,
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    #[arg(long, default_value_t = 15)]
+    warmup_s: u64,
+    /// Only recorded with the figures.
+    #[arg(long)]
+    checkpoint_ms: u64,
+    /// The job's window size (the expected output depends on it).
+    #[arg(long, default_value_t = 1000)]
+    window_ms: i64,
+    /// Event time minus wall-clock time, ms: where window ends fall between checkpoints.
+    #[arg(long, default_value_t = 0)]
+    offset_ms: i64,
+    /// Which phase of several this is (recorded with the figures; also seeds the input).
+    #[arg(long, default_value_t = 0)]
+    run: u32,
+    #[arg(long)]
+    log: PathBuf,
+    #[arg(long)]
+    results: PathBuf,
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -112,32 +150,16 @@ enum Cmd {
         #[arg(long, default_value = "")]
         context: String,
     },
-    /// Start a system, produce at a fixed rate with event time = now, and report the
-    /// p50/p99 time from a window's closing record to its result being visible.
-    Latency {
-        #[arg(long)]
-        system: String,
-        #[arg(long, default_value = "127.0.0.1:9092")]
-        brokers: String,
-        #[arg(long)]
-        input: String,
-        #[arg(long)]
-        output: String,
-        #[arg(long, default_value_t = 50_000)]
-        rate: u64,
-        #[arg(long, default_value_t = 30)]
-        seconds: u64,
-        #[arg(long, default_value_t = 15)]
-        warmup_s: u64,
-        /// Only recorded with the figures.
-        #[arg(long)]
-        checkpoint_ms: u64,
-        #[arg(long)]
-        log: PathBuf,
+    /// Start a system, produce at a fixed rate with event time = now + an offset, report
+    /// the p50/p99 time from a window's closing records to its result being visible, and
+    /// check the whole output exactly.
+    Latency(LatencyArgs),
+    /// Draw the throughput figures of a results file as an SVG chart.
+    Chart {
         #[arg(long)]
         results: PathBuf,
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Delete topics the run created.
     DeleteTopics {
@@ -188,41 +210,70 @@ fn main() -> anyhow::Result<()> {
                 command: &command,
             })?;
             eprintln!(
-                "weir-bench: {system}: {:.2} s, {:.0} records/s, {:.1} CPU s ({:.0} records/CPU-s), peak RSS {:.0} MiB, output {} ({} expected, {} seen, {} missing, {} unexpected){}",
+                "weir-bench: {system}: {:.2} s, {:.0} records/s, {:.1} CPU s ({:.0} records/CPU-s), peak RSS {:.0} MiB, {}",
                 outcome.seconds,
                 outcome.records_per_s,
                 outcome.cpu_s,
                 outcome.records_per_cpu_s,
                 outcome.peak_rss_mib,
-                if outcome.correct { "correct" } else { "WRONG" },
-                outcome.diff.expected,
-                outcome.diff.observed,
-                outcome.diff.missing,
-                outcome.diff.unexpected,
-                if outcome.note.is_empty() { String::new() } else { format!(": {}", outcome.note) },
+                verdict(outcome.correct, &outcome.diff, &outcome.note),
             );
-            report::append(&results, &serde_json::to_value(&outcome)?)?;
-            if outcome.correct { Ok(()) } else { std::process::exit(3) }
+            record(&results, &outcome, outcome.correct)
         }
-        Cmd::Latency { system, brokers, input, output, rate, seconds, warmup_s, checkpoint_ms, log, results, command } => {
-            let workload = data::Workload { records: rate * seconds, keys: 100_000, partitions: 4, seed: 7 };
-            let figures = latency::run(&latency::Spec {
-                system: &system,
-                brokers: &brokers,
-                input: &input,
-                output: &output,
-                workload,
-                rate,
-                seconds,
-                warmup: Duration::from_secs(warmup_s),
-                checkpoint_ms,
-                log: &log,
-                command: &command,
-            })?;
-            eprintln!("weir-bench: latency {system}: {figures}");
-            report::append(&results, &figures)
-        }
+        Cmd::Latency(args) => latency(args),
+        Cmd::Chart { results, out } => chart::write(&results, &out),
         Cmd::Report { results, markdown, context } => report::write(&results, &markdown, &context),
         Cmd::DeleteTopics { brokers, topics } => topics::delete(&brokers, &topics).context("deleting topics"),
     }
+}
+
+/// One latency run: figures appended to the results file; exits 3 if the output is wrong.
+fn latency(args: LatencyArgs) -> anyhow::Result<()> {
+    let LatencyArgs { system, brokers, input, output, rate, seconds, warmup_s, checkpoint_ms, window_ms, offset_ms, run, log, results, command } = args;
+    let workload = data::Workload { records: rate * seconds, keys: 100_000, partitions: 4, seed: 7 + u64::from(run) };
+    let outcome = latency::run(&latency::Spec {
+        system: &system,
+        brokers: &brokers,
+        input: &input,
+        output: &output,
+        workload,
+        rate,
+        warmup: Duration::from_secs(warmup_s),
+        checkpoint_ms,
+        window_ms,
+        offset_ms,
+        run,
+        log: &log,
+        command: &command,
+    })?;
+    let ms = |v: Option<i64>| v.map_or_else(|| "–".to_owned(), |v| v.to_string());
+    eprintln!(
+        "weir-bench: latency {system} at {checkpoint_ms} ms checkpoints, run {run} (offset {offset_ms} ms): {:.0} records/s, {} results, p50 {} / p99 {} / max {} ms, {}",
+        outcome.achieved_rate,
+        outcome.samples,
+        ms(outcome.p50_ms),
+        ms(outcome.p99_ms),
+        ms(outcome.max_ms),
+        verdict(outcome.correct, &outcome.diff, &outcome.note),
+    );
+    record(&results, &outcome, outcome.correct)
+}
+
+/// "output correct|WRONG (counts)[: note]", for a run's log line.
+fn verdict(correct: bool, diff: &reference::Diff, note: &str) -> String {
+    format!(
+        "output {} ({} expected, {} seen, {} missing, {} unexpected){}",
+        if correct { "correct" } else { "WRONG" },
+        diff.expected,
+        diff.observed,
+        diff.missing,
+        diff.unexpected,
+        if note.is_empty() { String::new() } else { format!(": {note}") },
+    )
+}
+
+/// Appends a run's figures to the results file; a wrong output exits with status 3.
+fn record(results: &std::path::Path, outcome: &impl serde::Serialize, correct: bool) -> anyhow::Result<()> {
+    report::append(results, &serde_json::to_value(outcome)?)?;
+    if correct { Ok(()) } else { std::process::exit(3) }
 }

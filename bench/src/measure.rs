@@ -156,8 +156,12 @@ fn wait_complete(
             Kind::Copy => {
                 std::thread::sleep(Duration::from_millis(50));
                 let group = group.as_ref().expect("a group consumer for copy");
-                if topics::committed(group, spec.input, spec.workload.partitions)? == input_end {
-                    return Ok(());
+                // A fresh broker answers NotCoordinator until the group's coordinator is up:
+                // ask again; the timeout above bounds it.
+                match topics::committed(group, spec.input, spec.workload.partitions) {
+                    Ok(committed) if committed == input_end => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("weir-bench: {e:#} (asking again)"),
                 }
             }
         }

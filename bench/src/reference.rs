@@ -30,7 +30,7 @@ pub fn digest(key: &[u8], value: &[u8]) -> u128 {
 
 /// The sorted digests of the expected output.
 pub fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
-    let mut out = match kind {
+    match kind {
         Kind::Copy => {
             let mut out: Vec<u128> = workload
                 .records()
@@ -39,28 +39,52 @@ pub fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
             for p in 0..workload.partitions {
                 out.push(digest(data::FLUSH_KEY.as_bytes(), data::flush_value(p).as_bytes()));
             }
+            out.sort_unstable();
             out
         }
         Kind::WindowCount => {
-            let mut counts: HashMap<(u32, i64), u64> = HashMap::new();
+            let mut counts = WindowCounts::new(WINDOW_MS);
             for r in workload.records() {
-                *counts.entry((r.key, r.ts.div_euclid(WINDOW_MS) * WINDOW_MS)).or_default() += 1;
+                counts.add(r.key, r.ts);
             }
-            counts
-                .into_iter()
-                .map(|((key, start), n)| {
-                    let key = data::key(key);
-                    let value = format!(
-                        "{{\"key\":\"{key}\",\"window_start\":{start},\"window_end\":{},\"count\":{n}}}",
-                        start + WINDOW_MS
-                    );
-                    digest(key.as_bytes(), value.as_bytes())
-                })
-                .collect()
+            counts.digests()
         }
-    };
-    out.sort_unstable();
-    out
+    }
+}
+
+/// Counts per (key, tumbling window) as `plugins/window-count` computes them when no
+/// record is late, and the digests of the records it writes for them.
+pub struct WindowCounts {
+    window_ms: i64,
+    counts: HashMap<(u32, i64), u64>,
+}
+
+impl WindowCounts {
+    pub fn new(window_ms: i64) -> Self {
+        Self { window_ms, counts: HashMap::new() }
+    }
+
+    pub fn add(&mut self, key: u32, ts: i64) {
+        *self.counts.entry((key, ts.div_euclid(self.window_ms) * self.window_ms)).or_default() += 1;
+    }
+
+    /// The sorted digests of the output records.
+    pub fn digests(&self) -> Vec<u128> {
+        let mut out: Vec<u128> = self
+            .counts
+            .iter()
+            .map(|(&(key, start), n)| {
+                let key = data::key(key);
+                let value = format!(
+                    "{{\"key\":\"{key}\",\"window_start\":{start},\"window_end\":{},\"count\":{n}}}",
+                    start + self.window_ms
+                );
+                digest(key.as_bytes(), value.as_bytes())
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
 }
 
 /// How an output differs from the expected multiset.
