@@ -26,7 +26,7 @@ fn stop_and_compare(job: &JobDir, child: &mut std::process::Child, input: &[clic
     let expected = clicks::window_counts(input, WINDOW_MS);
     let mut tail = Tail::new(&job.output, PARTITIONS);
     let complete = tail.until_while(expected.len(), Duration::from_secs(180), child);
-    let metrics = scrape_metrics(log);
+    let metrics = job::scrape_metrics(log);
     let status = job::terminate(child, Duration::from_secs(60));
     let log_text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(complete, "output incomplete after 180 s ({} of {}); log:\n{log_text}", tail.records.len(), expected.len());
@@ -83,20 +83,6 @@ fn murmur2_matches_the_java_client() {
     assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985981536);
     assert_eq!(murmur2(b"a-little-bit-longer-string") as i32, -1486304829);
     assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32, -58897971);
-}
-
-/// GET /metrics from the address the job logged.
-fn scrape_metrics(log: &std::path::Path) -> String {
-    use std::io::{Read, Write};
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let Some(at) = text.rfind("metrics at http://") else { return String::new() };
-    let addr = text[at + "metrics at http://".len()..].split('/').next().unwrap_or_default().to_string();
-    let Ok(mut stream) = std::net::TcpStream::connect(&addr) else { return String::new() };
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body);
-    body
 }
 
 #[test]

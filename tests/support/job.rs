@@ -103,8 +103,17 @@ pub fn start_with_default_metrics(job: &Path, log: &Path) -> Child {
 }
 
 fn run_command(job: &Path, log: &Path) -> Command {
+    use std::os::unix::process::CommandExt;
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
     let mut command = weir();
+    // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent. The job dies
+    // with the test thread that started it, so a failed assertion never leaves it running.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     command
         .arg("run")
         .arg(job)
