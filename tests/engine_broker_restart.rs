@@ -20,6 +20,14 @@ const LOG_SEALS: (&str, &str) = ("RUST_LOG", "info,weir::checkpoint::coordinator
 /// weir's exit code when a Kafka commit hung past its bound (README: start it again).
 const EXIT_COMMIT_HUNG: i32 = 75;
 
+/// Held by each test for its whole run: the tests of this binary run on threads of one
+/// process, and each freezes or kills the broker the other uses.
+static BROKER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn own_the_broker() -> std::sync::MutexGuard<'static, ()> {
+    BROKER.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn broker(command: &str) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/kafka");
     let status = std::process::Command::new("bash").arg(script).arg(command).status().expect("running scripts/kafka/kafka");
@@ -106,6 +114,7 @@ fn finish_exactly(job: &JobDir, mut child: Child, input: &[clicks::Input], log: 
 
 #[test]
 fn a_job_killed_while_the_broker_stalls_its_first_commit_starts_again_exactly() {
+    let _broker = own_the_broker();
     let job = window_count_job("first-commit-stall");
     let mut clicks = Clicks::new(13, PARTITIONS, 200);
     let mut input = clicks.take(5_000);
@@ -129,6 +138,7 @@ fn a_job_killed_while_the_broker_stalls_its_first_commit_starts_again_exactly() 
 
 #[test]
 fn a_job_recovers_when_the_broker_is_killed_during_a_commit() {
+    let _broker = own_the_broker();
     let job = window_count_job("broker-crash");
     let mut clicks = Clicks::new(5, PARTITIONS, 200);
     let mut input = clicks.take(10_000);
