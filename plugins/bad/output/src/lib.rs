@@ -67,9 +67,8 @@ mod component {
             let _ = out.write_all(line.as_bytes());
             log(Level::Info, &line[..4095]);
         }
-        let mut long = vec![b'L'; 40 << 20];
-        long.push(b'\n');
-        let _ = out.write_all(&long);
+        let _ = out.write_all(&vec![b'L'; 40 << 20]);
+        let _ = out.write_all(b"\n");
         let _ = out.flush();
     }
 
