@@ -457,12 +457,12 @@ mod tests {
             lines_per_sec: 2,
             bytes_per_sec: 1 << 20,
         };
-        let output = output(limits);
+        let flooded = output(limits);
         for _ in 0..100 {
-            output.write(Kind::Stderr, b"hello\n");
+            flooded.write(Kind::Stderr, b"hello\n");
         }
         // A burst of 2 lines/s x 10 s passes; refill during the loop is at most a line or two.
-        let (lines, bytes) = output.gate.dropped();
+        let (lines, bytes) = flooded.gate.dropped();
         assert!((78..=80).contains(&lines), "dropped {lines}");
         assert_eq!(bytes, lines * 5);
         let bytes_bound = output(LogLimits {
