@@ -1,4 +1,5 @@
-// Builds bad-tables: tables.wat with 100 funcref tables of 2^20 elements added,
+// Builds bad-tables: tables.wat with 100 funcref tables of 2^20 elements and a
+// function filling them added,
 // assembled, given the `operator` world of the repository's WIT and made a
 // component, with the wasm-tools that componentize-js brings along (installed in
 // plugins/js-enrich by scripts/setup-guest-toolchains). Usage: node build.mjs OUT.wasm
@@ -18,7 +19,13 @@ const tools = await import(
   pathToFileURL(here('../../js-enrich/node_modules/@bytecodealliance/jco-transpile/dist/wasm-tools.js'))
 );
 
-const tables = Array.from({ length: TABLES }, () => `  (table ${ELEMENTS} funcref)`).join('\n');
+const indices = Array.from({ length: TABLES }, (_, i) => i);
+const tables = [
+  ...indices.map(() => `  (table ${ELEMENTS} funcref)`),
+  '  (func $fill',
+  ...indices.map((i) => `    (table.fill ${i} (i32.const 0) (ref.func $ok) (i32.const ${ELEMENTS}))`),
+  '  )',
+].join('\n');
 const wat = (await readFile(here('./tables.wat'), 'utf8')).replace(';; TABLES', tables);
 const core = await tools.parse(wat);
 const witSource = await readFile(here('../../../wit/operator.wit'), 'utf8');
