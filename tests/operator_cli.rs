@@ -183,7 +183,7 @@ fn hostile_outputs_and_tables_fail_naming_the_file_and_the_bound() {
     assert_fails(
         &plugin_path("bad-output"),
         &["--record", "amplify"],
-        "over the limit of 67108864 bytes per call",
+        "more than 67108864 bytes of keys, values and headers, the limit per call",
     );
     assert_fails(
         &plugin_path("bad-output"),

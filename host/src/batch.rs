@@ -85,8 +85,8 @@ pub enum BatchError {
     #[error("it holds {records} records, over the limit of {max} records per call")]
     TooManyRecords { records: usize, max: usize },
     #[error(
-        "its records add up to more than {max} bytes of keys, values and headers (counted per \
-         record: entries may share bytes), over the limit of {max} bytes per call"
+        "its records add up to more than {max} bytes of keys, values and headers, the limit per \
+         call (each record counted in full: records may share bytes in the plugin, not on the host)"
     )]
     TooManyBytes { max: u64 },
     #[error(

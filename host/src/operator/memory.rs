@@ -37,7 +37,7 @@ impl MemoryCap {
     }
 
     /// Bytes of linear memory the guest holds now.
-    pub(super) fn in_use(&self) -> usize {
+    pub(super) fn memory_in_use(&self) -> usize {
         self.memory
     }
 
@@ -117,7 +117,7 @@ mod tests {
         assert!(!cap.memory_growing(30, 50, None).unwrap());
         assert_eq!(cap.denied(), Some(110));
         assert!(cap.memory_growing(60, 70, None).unwrap());
-        assert_eq!(cap.in_use(), 100);
+        assert_eq!(cap.memory_in_use(), 100);
         cap.forget_denial();
         assert_eq!(cap.denied(), None);
     }
@@ -131,6 +131,6 @@ mod tests {
         assert!(!cap.table_growing(0, 1, None).unwrap());
         assert_eq!(cap.denied(), Some((1 << 20) + TABLE_ELEMENT_BYTES));
         assert!(!cap.table_growing(1 << 15, usize::MAX, None).unwrap());
-        assert_eq!(cap.in_use(), 512 << 10, "tables are not linear memory");
+        assert_eq!(cap.memory_in_use(), 512 << 10, "tables are not linear memory");
     }
 }

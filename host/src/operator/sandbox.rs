@@ -71,7 +71,7 @@ impl HostState {
 
     /// Bytes of linear memory the guest holds now.
     pub(super) fn memory_in_use(&self) -> usize {
-        self.memory.in_use()
+        self.memory.memory_in_use()
     }
 
     /// The last lines the guest wrote during this call, joined, if it wrote any.
