@@ -177,3 +177,70 @@ fn a_config_init_rejects_fails_with_its_message() {
         "`window_ms` = -5 is out of range",
     );
 }
+
+#[test]
+fn hostile_outputs_and_tables_fail_naming_the_file_and_the_bound() {
+    assert_fails(
+        &plugin_path("bad-output"),
+        &["--record", "amplify"],
+        "more than 67108864 bytes of keys, values and headers, the limit per call",
+    );
+    assert_fails(
+        &plugin_path("bad-output"),
+        &["--record", "timestamp:-9223372036854775808"],
+        "has timestamp -9223372036854775808",
+    );
+    assert_fails(
+        &plugin_path("bad-tables"),
+        &["--no-init"],
+        "bytes of memory and tables, over the limit of 67108864 bytes",
+    );
+}
+
+#[test]
+fn files_too_large_or_too_slow_to_compile_fail_naming_the_bound() {
+    assert_fails(
+        &plugin_path("py-filter"),
+        &["--max-plugin-mb", "1"],
+        "over the 1048576-byte limit for a plugin",
+    );
+    assert_fails(Path::new("/dev/zero"), &[], "is not a regular file");
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["check", "--compile-timeout-ms", "100"])
+        .arg(plugin_path("py-filter"))
+        .env("WEIR_CACHE_DIR", "")
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run weir check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("did not compile within 100 ms"), "{stderr}");
+}
+
+#[test]
+fn a_log_flood_is_cut_rate_limited_and_summarised() {
+    // 10,000 lines of 4 KB to stdout and as many log messages, and one 40 MB line:
+    // unbounded, that was 80 MB of host log and 10,000 more lines for the long one.
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("check")
+        .arg(plugin_path("bad-output"))
+        .args(["--record", "flood", "--call-timeout-ms", "20000"])
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run weir check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{}",
+        &stderr[stderr.len().saturating_sub(2000)..]
+    );
+    // Default: bursts of 1,000 lines and 640 KiB.
+    assert!(out.stderr.len() < 1 << 20, "{} bytes of host log", out.stderr.len());
+    let summaries: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("of plugin output over the log rate limit"))
+        .collect();
+    assert_eq!(summaries.len(), 1, "one summary line: {summaries:?}");
+    assert!(summaries[0].contains("log_lines_per_sec"), "{}", summaries[0]);
+}

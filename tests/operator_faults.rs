@@ -4,11 +4,12 @@
 
 #[path = "operator_common/mod.rs"]
 mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use common::{batch, config, load, plugin_path, records, tight_limits};
-use weir::operator::{Call, Limits, OperatorError, OperatorInstance};
+use weir::operator::{Call, Limits, LogLimits, OperatorError, OperatorInstance};
 
 /// A 200 ms deadline must stop a call well within this, re-instantiation included.
 const PROMPT: Duration = Duration::from_secs(2);
@@ -221,4 +222,199 @@ fn initial_memory_over_the_cap_is_refused_at_instantiation() {
     assert!(matches!(err, OperatorError::Instantiate { .. }), "{err:?}");
     assert!(err.to_string().contains("raise the memory limit"), "{err}");
     assert_names_plugin(&err, "py-filter");
+}
+
+fn bad_output(limits: Limits, cfg: &[(&str, &str)]) -> OperatorInstance {
+    OperatorInstance::new(&load("bad-output"), limits, config(cfg), "bad-output[0]".into())
+        .unwrap_or_else(|err| panic!("{err}"))
+}
+
+#[test]
+fn records_sharing_bytes_are_counted_once_each_and_an_oversize_output_is_refused() {
+    // 300 records sharing one 16 MiB value: 4.7 GiB once copied out, as routing does.
+    let mut op = bad_output(Limits::default(), &[]);
+    let err = op.process(&batch(&[(None, "amplify", 1)])).unwrap_err();
+    let OperatorError::OutputTooLarge { call, problem, .. } = &err else {
+        panic!("expected the output bound: {err:?}")
+    };
+    assert_eq!(*call, Call::Process);
+    assert!(
+        matches!(problem, weir::batch::BatchError::TooManyBytes { max } if *max == 64 << 20),
+        "{problem:?}"
+    );
+    assert_names_plugin(&err, "bad-output");
+    assert!(err.to_string().contains("max_output_mb"), "{err}");
+    // The guest did not crash: the same instance passes the next batch.
+    let after = op.process(&batch(&[(Some("k"), "fine", 3)])).unwrap();
+    assert_eq!(records(&after), [(Some("k".into()), "fine".into(), 3)]);
+
+    let few = Limits {
+        max_output_records: 10,
+        ..Limits::default()
+    };
+    let mut op = bad_output(few, &[("bytes", "16")]);
+    let err = op.process(&batch(&[(None, "amplify", 1)])).unwrap_err();
+    assert!(err.to_string().contains("300 records, over the limit of 10"), "{err}");
+
+    // Within the bounds the same output passes: the bound is what refuses it.
+    let mut op = bad_output(Limits::default(), &[("copies", "3"), ("bytes", "1024")]);
+    let out = op.process(&batch(&[(None, "amplify", 1)])).unwrap();
+    assert_eq!(out.len(), 3);
+    assert!(out.iter().all(|r| r.value.len() == 1024));
+}
+
+#[test]
+fn timestamps_kafka_refuses_are_the_plugins_error_naming_the_value() {
+    let mut op = bad_output(tight_limits(), &[]);
+    for timestamp in [i64::MIN, -1, i64::MAX] {
+        let value = format!("timestamp:{timestamp}");
+        let err = op
+            .process(&batch(&[(None, "fine", 1), (None, &value, 2)]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                OperatorError::InvalidOutput {
+                    problem: weir::batch::BatchError::Timestamp { index: 1, timestamp: t },
+                    ..
+                } if *t == timestamp
+            ),
+            "{err:?}"
+        );
+        assert_names_plugin(&err, "bad-output");
+        assert!(err.to_string().contains(&timestamp.to_string()), "{err}");
+    }
+    let ok = op.process(&batch(&[(None, "timestamp:0", 2)])).unwrap();
+    assert_eq!(records(&ok)[0].2, 0);
+}
+
+#[test]
+fn tables_count_against_the_memory_cap() {
+    // 100 funcref tables of 2^20 elements: 1.6 GiB of host memory as counted.
+    let started = Instant::now();
+    let err = OperatorInstance::new(
+        &load("bad-tables"),
+        Limits::default(),
+        vec![],
+        "bad-tables[0]".into(),
+    )
+    .err()
+    .expect("a 64 MiB cap must refuse 100 tables of 2^20 elements");
+    assert!(matches!(err, OperatorError::Instantiate { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("memory and tables") && err.to_string().contains("raise the memory limit"),
+        "{err}"
+    );
+    assert_names_plugin(&err, "bad-tables");
+    assert!(started.elapsed() < PROMPT, "took {:?}", started.elapsed());
+    // Four such tables (64 MiB) fit a 128 MiB cap; the bomb's hundred never does.
+    let roomy = Limits {
+        memory_bytes: 128 << 20,
+        ..Limits::default()
+    };
+    let err = OperatorInstance::new(&load("bad-tables"), roomy, vec![], "t".into())
+        .err()
+        .expect("still refused");
+    assert!(err.to_string().contains("over the limit of 134217728 bytes"), "{err}");
+}
+
+#[test]
+fn a_snapshot_over_128_mib_fits_when_the_memory_limit_allows_it() {
+    // wasmtime's default allows 128 MiB from guest to host per call; the host
+    // budget follows the memory limit instead.
+    let limits = Limits {
+        memory_bytes: 256 << 20,
+        call_timeout: Duration::from_secs(20),
+        ..Limits::default()
+    };
+    let mut op = bad_output(limits, &[("snapshot_mb", "130")]);
+    let snapshot = op.snapshot().unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(snapshot.len(), 130 << 20);
+}
+
+#[test]
+fn plugin_output_over_the_log_rate_is_dropped_and_counted() {
+    let limits = Limits {
+        log: LogLimits {
+            lines_per_sec: 10,
+            bytes_per_sec: 1 << 20,
+        },
+        call_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
+    let metrics = weir::metrics::Metrics::new();
+    let mut op = bad_output(limits, &[("lines", "500")]);
+    op.count_log_drops(metrics.plugin_log("bad-output", 0));
+    op.process(&batch(&[(None, "flood", 1)])).unwrap_or_else(|err| panic!("{err}"));
+    // 500 stdout lines, 500 log messages and the long line, against a burst of
+    // 100 lines and a refill of 10 a second while the call runs.
+    let (lines, bytes) = op.log_dropped();
+    assert!((850..=901).contains(&lines), "dropped {lines} lines");
+    assert!(bytes >= 850 * 4095, "dropped {bytes} bytes");
+    let text = metrics.render();
+    let series = format!(
+        "weir_plugin_log_dropped_lines_total{{operator=\"bad-output\",subtask=\"0\"}} {lines}"
+    );
+    assert!(text.contains(&series), "{series} missing from:\n{text}");
+}
+
+/// Reads `path` for an assertion message.
+fn read_log(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn a_job_dead_letters_the_records_whose_output_the_host_refuses() {
+    const PARTITIONS: i32 = 2;
+    let job = support::job::job_dir("refused-output");
+    let dlq = support::unique_name("refused-output-dlq");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    support::create_topic(&dlq, 1);
+    let plugin = plugin_path("bad-output");
+    let sink_extra = format!("dead_letter_topic = \"{dlq}\"\n[restarts]\nmax = 20");
+    job.one_operator(2, 200, ("emit", &plugin, true), "", &sink_extra);
+    let refused = [
+        "amplify".to_string(),
+        format!("timestamp:{}", i64::MIN),
+        "timestamp:-1".to_string(),
+        format!("timestamp:{}", i64::MAX),
+    ];
+    let input: Vec<support::clicks::Input> = (0..400)
+        .map(|i| {
+            let value = match i % 100 {
+                50 => refused[i / 100].clone(),
+                _ => format!("record-{i}"),
+            };
+            ((i % 2) as i32, format!("k{i}").into_bytes(), value.into_bytes(), 1_000 + i as i64)
+        })
+        .collect();
+    support::produce(&job.input, &input);
+
+    let log = job.dir.path().join("weir.log");
+    let mut child = support::job::start(&job.path(), &log, &[]);
+    let good: Vec<_> = input.iter().filter(|r| r.2.starts_with(b"record-")).collect();
+    let mut tail = support::Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(good.len(), Duration::from_secs(120)), "{}", read_log(&log));
+    let status = support::job::terminate(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{}", read_log(&log));
+
+    let committed = support::read_to_end(&job.output, PARTITIONS, support::Isolation::ReadCommitted);
+    let mut actual: Vec<(Vec<u8>, Vec<u8>)> =
+        committed.into_iter().map(|(_, k, v)| (k.unwrap_or_default(), v)).collect();
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = good.iter().map(|r| (r.1.clone(), r.2.clone())).collect();
+    actual.sort();
+    expected.sort();
+    assert!(actual == expected, "the output must be exactly the accepted records");
+
+    let letters = support::read_to_end(&dlq, 1, support::Isolation::ReadCommitted);
+    let mut lettered: Vec<String> =
+        letters.iter().map(|(_, _, v)| String::from_utf8_lossy(v).into_owned()).collect();
+    let mut want = refused.to_vec();
+    lettered.sort();
+    want.sort();
+    assert_eq!(lettered, want, "each refused record exactly once in the dead-letter topic");
+    let text = read_log(&log);
+    assert!(text.contains("max_output_mb") && text.contains("bad-output.wasm"), "{text}");
+    assert!(!text.contains("panicked"), "{text}");
 }

@@ -1,14 +1,20 @@
 //! A file that cannot run as an operator is refused at load time with an error
 //! that names the file and says what is wrong: not Wasm, a core module, cut
-//! short, another world, an incompatible weir:operator version.
+//! short, another world, an incompatible weir:operator version, too large, too
+//! slow to compile. Compiled code is only taken from a cache nobody else can write.
 
 #[path = "operator_common/mod.rs"]
 mod common;
 
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::{load, plugin_path, runtime, scratch_file};
-use weir::operator::{Plugin, PluginError};
+use weir::operator::{
+    Compiled, LoadLimits, Plugin, PluginError, Runtime, RuntimeConfig, RuntimeError,
+};
 
 fn load_err(path: &Path) -> PluginError {
     match Plugin::load(runtime(), path) {
@@ -118,4 +124,109 @@ fn the_example_plugins_load_and_report_the_world() {
             );
         }
     }
+}
+
+#[test]
+fn a_plugin_over_the_size_limit_is_refused_before_it_is_read() {
+    let path = plugin_path("py-filter");
+    let small = LoadLimits {
+        max_bytes: 1 << 20,
+        ..LoadLimits::default()
+    };
+    let err = Plugin::load_with(runtime(), &path, small).err().expect("over 1 MiB");
+    assert!(
+        matches!(err, PluginError::TooLarge { max, .. } if max == 1 << 20),
+        "{err:?}"
+    );
+    assert_names_file(&err, &path);
+    assert!(err.to_string().contains("max_plugin_mb"), "{err}");
+    // A device reports no size and never ends: refused without reading it.
+    let zero = Path::new("/dev/zero");
+    let err = load_err(zero);
+    assert!(matches!(err, PluginError::NotAFile { .. }), "{err:?}");
+    assert_names_file(&err, zero);
+}
+
+#[test]
+fn compilation_past_its_deadline_is_refused_naming_the_bound() {
+    // No cache, so the ~4 s compile of the Python component really runs.
+    let uncached = Runtime::new(RuntimeConfig {
+        cache_dir: None,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let path = plugin_path("py-filter");
+    let hasty = LoadLimits {
+        compile_timeout: Duration::from_millis(100),
+        ..LoadLimits::default()
+    };
+    let started = Instant::now();
+    let err = Plugin::load_with(&uncached, &path, hasty).err().expect("too slow");
+    assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
+    assert!(matches!(err, PluginError::CompileTimeout { .. }), "{err:?}");
+    assert_names_file(&err, &path);
+    assert!(
+        err.to_string().contains("within 100 ms") && err.to_string().contains("compile_timeout_ms"),
+        "{err}"
+    );
+}
+
+fn cache_runtime(dir: &Path) -> Result<Runtime, RuntimeError> {
+    Runtime::new(RuntimeConfig {
+        cache_dir: Some(dir.to_owned()),
+        ..RuntimeConfig::default()
+    })
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+#[test]
+fn a_cache_directory_others_can_write_or_own_is_refused() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = scratch.path().join("compiled");
+    std::fs::create_dir(&dir).expect("mkdir");
+    set_mode(&dir, 0o777);
+    let err = cache_runtime(&dir).err().expect("a world-writable cache is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains(&dir.display().to_string())
+            && message.contains("group or others may write it (mode 777)")
+            && message.contains("WEIR_CACHE_DIR"),
+        "{message}"
+    );
+    set_mode(&dir, 0o700);
+    cache_runtime(&dir).expect("a private cache is used");
+    // SAFETY: chown(2) on a path we created; the tests run as root or fail below.
+    let owned = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    assert_eq!(unsafe { libc::chown(owned.as_ptr(), 65534, 65534) }, 0, "chown needs root");
+    let err = cache_runtime(&dir).err().expect("another user's cache is refused");
+    assert!(err.to_string().contains("belongs to uid 65534"), "{err}");
+}
+
+#[test]
+fn a_cache_entry_others_could_have_written_is_ignored_and_replaced() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = scratch.path().join("compiled");
+    let runtime = cache_runtime(&dir).expect("runtime");
+    let mode = std::fs::metadata(&dir).expect("created").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the cache directory is created private");
+    let path = plugin_path("bad-trap");
+    let fresh = Plugin::load(&runtime, &path).expect("loads");
+    assert!(matches!(fresh.info().compiled, Compiled::Fresh(_)));
+    let cached = Plugin::load(&runtime, &path).expect("loads");
+    assert!(matches!(cached.info().compiled, Compiled::Cached(_)));
+    let entries: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = &entries[0];
+    assert_eq!(std::fs::metadata(entry).unwrap().permissions().mode() & 0o777, 0o600);
+
+    set_mode(entry, 0o666);
+    let again = Plugin::load(&runtime, &path).expect("loads");
+    assert!(
+        matches!(again.info().compiled, Compiled::Fresh(_)),
+        "a group/other-writable entry must not be mapped as code"
+    );
+    assert_eq!(std::fs::metadata(entry).unwrap().permissions().mode() & 0o777, 0o600, "replaced");
 }

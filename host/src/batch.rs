@@ -8,6 +8,21 @@ use std::fmt;
 /// Producers of batches cap them far below this (by records and bytes).
 pub const MAX_DATA_BYTES: usize = u32::MAX as usize;
 
+/// The latest event time a record may carry: 9999-12-31T23:59:59.999Z in epoch
+/// milliseconds. Kafka refuses negative timestamps, and anything past this is
+/// a plugin's arithmetic gone wrong rather than an event.
+pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
+/// What a batch received from outside (a plugin's output) may amount to once
+/// every record is copied out on its own, as routing and the sink do: entries
+/// may point at the same bytes, so the data buffer's length says nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputBound {
+    pub max_records: usize,
+    /// Bytes of keys, values and headers, counted per record.
+    pub max_bytes: u64,
+}
+
 /// A batch of records in arrival order.
 ///
 /// Record `i` is `entries[i]`: its key and value are ranges of `data`, and its
@@ -67,6 +82,18 @@ pub enum BatchError {
         "the batch holds {data_len} data bytes, more than the {MAX_DATA_BYTES} a batch can address"
     )]
     TooLarge { data_len: usize },
+    #[error("it holds {records} records, over the limit of {max} records per call")]
+    TooManyRecords { records: usize, max: usize },
+    #[error(
+        "its records add up to more than {max} bytes of keys, values and headers, the limit per \
+         call (each record counted in full: records may share bytes in the plugin, not on the host)"
+    )]
+    TooManyBytes { max: u64 },
+    #[error(
+        "record {index} has timestamp {timestamp}, outside the event times Kafka accepts \
+         (0..={MAX_TIMESTAMP_MS} epoch milliseconds)"
+    )]
+    Timestamp { index: usize, timestamp: i64 },
 }
 
 impl Batch {
@@ -87,6 +114,9 @@ impl Batch {
     ///
     /// # Panics
     /// If the batch's data would exceed [`MAX_DATA_BYTES`]: callers bound batch sizes.
+    /// A plugin cannot reach this: [`Batch::from_parts`] refuses an output whose
+    /// records, copied one by one, would exceed it, so any batch built from a
+    /// part of one fits.
     pub fn push(
         &mut self,
         key: Option<&[u8]>,
@@ -180,37 +210,41 @@ impl Batch {
     }
 
     /// Assembles a batch from packed parts received from outside, checking every
-    /// offset so that later accessors cannot panic.
+    /// offset so that later accessors cannot panic, every timestamp against what
+    /// Kafka accepts, and the records' size against `bound` (which is itself
+    /// capped at what one batch can address).
     pub(crate) fn from_parts(
         data: Vec<u8>,
         mut entries: Vec<Entry>,
         mut headers: Vec<Header>,
+        bound: OutputBound,
     ) -> Result<Self, BatchError> {
         if data.len() > MAX_DATA_BYTES {
             return Err(BatchError::TooLarge {
                 data_len: data.len(),
             });
         }
+        let max_records = bound.max_records.min(u32::MAX as usize);
+        if entries.len() > max_records {
+            return Err(BatchError::TooManyRecords {
+                records: entries.len(),
+                max: max_records,
+            });
+        }
+        let max_bytes = bound.max_bytes.min(MAX_DATA_BYTES as u64);
+        let mut expanded = headers.iter().fold(0u64, |sum, h| {
+            sum.saturating_add((h.name.len() + h.value.len()) as u64)
+        });
         for (index, entry) in entries.iter_mut().enumerate() {
-            if !entry.has_key {
-                // The contract asks for zeros here; whatever a guest wrote is unused.
-                entry.key_offset = 0;
-                entry.key_len = 0;
+            check_entry(index, entry, data.len())?;
+            // At most 2^32 entries of at most 2^33 bytes each: no overflow.
+            expanded += u64::from(entry.key_len) + u64::from(entry.value_len);
+            if expanded > max_bytes {
+                break;
             }
-            for (offset, len) in [
-                (entry.key_offset, entry.key_len),
-                (entry.value_offset, entry.value_len),
-            ] {
-                let end = u64::from(offset) + u64::from(len);
-                if end > data.len() as u64 {
-                    return Err(BatchError::OutOfBounds {
-                        index,
-                        start: offset.into(),
-                        end,
-                        data_len: data.len(),
-                    });
-                }
-            }
+        }
+        if expanded > max_bytes {
+            return Err(BatchError::TooManyBytes { max: max_bytes });
         }
         if let Some(header) = headers.iter().find(|h| h.entry as usize >= entries.len()) {
             return Err(BatchError::HeaderOutOfBounds {
@@ -241,6 +275,37 @@ impl Batch {
         let end = start + self.headers[start..].partition_point(|h| h.entry as usize == index);
         &self.headers[start..end]
     }
+}
+
+/// One entry of a batch from outside: its ranges lie in `data_len` bytes and its
+/// timestamp is one Kafka takes. A keyless entry's key range is zeroed, as the
+/// contract asks; whatever a guest wrote there is unused.
+fn check_entry(index: usize, entry: &mut Entry, data_len: usize) -> Result<(), BatchError> {
+    if !entry.has_key {
+        entry.key_offset = 0;
+        entry.key_len = 0;
+    }
+    for (offset, len) in [
+        (entry.key_offset, entry.key_len),
+        (entry.value_offset, entry.value_len),
+    ] {
+        let end = u64::from(offset) + u64::from(len);
+        if end > data_len as u64 {
+            return Err(BatchError::OutOfBounds {
+                index,
+                start: offset.into(),
+                end,
+                data_len,
+            });
+        }
+    }
+    if !(0..=MAX_TIMESTAMP_MS).contains(&entry.timestamp) {
+        return Err(BatchError::Timestamp {
+            index,
+            timestamp: entry.timestamp,
+        });
+    }
+    Ok(())
 }
 
 impl<'a> RecordRef<'a> {
@@ -324,6 +389,72 @@ mod tests {
         assert_eq!(a, b);
     }
 
+    const ANY: OutputBound = OutputBound {
+        max_records: usize::MAX,
+        max_bytes: u64::MAX,
+    };
+
+    fn value_entry(offset: u32, len: u32, timestamp: i64) -> Entry {
+        Entry {
+            has_key: false,
+            key_offset: 0,
+            key_len: 0,
+            value_offset: offset,
+            value_len: len,
+            timestamp,
+        }
+    }
+
+    #[test]
+    fn from_parts_counts_aliased_bytes_once_per_record() {
+        let data = vec![7u8; 1000];
+        let aliased = vec![value_entry(0, 1000, 1); 300];
+        let bound = OutputBound {
+            max_records: 1000,
+            max_bytes: 100_000,
+        };
+        assert!(matches!(
+            Batch::from_parts(data.clone(), aliased.clone(), vec![], bound),
+            Err(BatchError::TooManyBytes { max: 100_000 })
+        ));
+        let few = OutputBound {
+            max_records: 10,
+            ..ANY
+        };
+        assert!(matches!(
+            Batch::from_parts(data.clone(), aliased.clone(), vec![], few),
+            Err(BatchError::TooManyRecords {
+                records: 300,
+                max: 10
+            })
+        ));
+        // Whatever the configured bound, a batch never expands past what one
+        // batch can address, so copying its records out cannot panic.
+        let mib = vec![0u8; 1 << 20];
+        let huge = vec![value_entry(0, 1 << 20, 1); 4096];
+        assert!(matches!(
+            Batch::from_parts(mib, huge, vec![], ANY),
+            Err(BatchError::TooManyBytes { max }) if max == MAX_DATA_BYTES as u64
+        ));
+        let fits = Batch::from_parts(data, aliased[..100].to_vec(), vec![], bound).unwrap();
+        assert_eq!(fits.len(), 100);
+    }
+
+    #[test]
+    fn from_parts_rejects_timestamps_kafka_refuses() {
+        for timestamp in [i64::MIN, -1, MAX_TIMESTAMP_MS + 1, i64::MAX] {
+            let entries = vec![value_entry(0, 1, 5), value_entry(0, 1, timestamp)];
+            assert!(matches!(
+                Batch::from_parts(b"a".to_vec(), entries, vec![], ANY),
+                Err(BatchError::Timestamp { index: 1, timestamp: t }) if t == timestamp
+            ));
+        }
+        for timestamp in [0, MAX_TIMESTAMP_MS] {
+            let entries = vec![value_entry(0, 1, timestamp)];
+            Batch::from_parts(b"a".to_vec(), entries, vec![], ANY).unwrap();
+        }
+    }
+
     #[test]
     fn from_parts_rejects_bad_offsets_and_groups_headers() {
         let entry = Entry {
@@ -335,7 +466,7 @@ mod tests {
             timestamp: 0,
         };
         assert!(matches!(
-            Batch::from_parts(b"abc".to_vec(), vec![entry], vec![]),
+            Batch::from_parts(b"abc".to_vec(), vec![entry], vec![], ANY),
             Err(BatchError::OutOfBounds { index: 0, .. })
         ));
         let keyless = Entry {
@@ -345,7 +476,7 @@ mod tests {
             value_len: 1,
             ..entry
         };
-        let batch = Batch::from_parts(b"a".to_vec(), vec![keyless], vec![]).unwrap();
+        let batch = Batch::from_parts(b"a".to_vec(), vec![keyless], vec![], ANY).unwrap();
         assert_eq!(batch.get(0).key, None);
         let ok = Entry {
             value_offset: 0,
@@ -361,6 +492,7 @@ mod tests {
             b"a".to_vec(),
             vec![ok, ok],
             vec![header(1, "b"), header(0, "a"), header(1, "c")],
+            ANY,
         )
         .unwrap();
         assert_eq!(
@@ -372,7 +504,7 @@ mod tests {
             ["b", "c"]
         );
         assert!(matches!(
-            Batch::from_parts(b"a".to_vec(), vec![ok], vec![header(1, "x")]),
+            Batch::from_parts(b"a".to_vec(), vec![ok], vec![header(1, "x")], ANY),
             Err(BatchError::HeaderOutOfBounds { .. })
         ));
     }

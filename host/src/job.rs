@@ -32,6 +32,13 @@
 //! key_by = true                   # route records to subtasks by key (default false)
 //! memory_limit_mb = 64            # the plugin's linear memory cap, 1..=4096
 //! call_timeout_ms = 1000          # the CPU deadline of one call into the plugin, 1..=600000
+//! max_output_records = 1000000    # records one call may return, 1..=100000000
+//! max_output_mb = 64              # MiB of keys, values and headers one call may return, counted
+//!                                 # per record, 1..=4095; default: memory_limit_mb
+//! log_lines_per_sec = 100         # plugin log/stdio lines passed to the host log, 1..=100000,
+//! log_kib_per_sec = 64            # and KiB; bursts of 10 s; the rest is dropped and counted
+//! max_plugin_mb = 128             # largest plugin file accepted, 1..=4096
+//! compile_timeout_ms = 30000      # how long compiling the plugin may take, 100..=3600000
 //! [operators.config]              # optional, handed to the plugin's init as strings
 //! window_ms = 10000               # integers, floats and booleans become strings
 //!
@@ -161,6 +168,31 @@ pub struct Operator {
         deserialize_with = "call_timeout_ms"
     )]
     pub call_timeout_ms: u64,
+    #[serde(
+        default = "default_max_output_records",
+        deserialize_with = "max_output_records"
+    )]
+    pub max_output_records: u32,
+    /// `None`: as much as `memory_limit_mb`.
+    #[serde(default, deserialize_with = "max_output_mb")]
+    pub max_output_mb: Option<u32>,
+    #[serde(
+        default = "default_log_lines_per_sec",
+        deserialize_with = "log_lines_per_sec"
+    )]
+    pub log_lines_per_sec: u32,
+    #[serde(
+        default = "default_log_kib_per_sec",
+        deserialize_with = "log_kib_per_sec"
+    )]
+    pub log_kib_per_sec: u32,
+    #[serde(default = "default_max_plugin_mb", deserialize_with = "max_plugin_mb")]
+    pub max_plugin_mb: u32,
+    #[serde(
+        default = "default_compile_timeout_ms",
+        deserialize_with = "compile_timeout_ms"
+    )]
+    pub compile_timeout_ms: u64,
     /// Handed to the plugin's `init`.
     #[serde(default, deserialize_with = "plugin_config")]
     pub config: BTreeMap<String, String>,
@@ -302,6 +334,16 @@ impl Operator {
     /// The CPU deadline of one call into the plugin.
     pub fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.call_timeout_ms)
+    }
+
+    /// Most bytes of keys, values and headers one call may return.
+    pub fn max_output_bytes(&self) -> u64 {
+        u64::from(self.max_output_mb.unwrap_or(self.memory_limit_mb)) << 20
+    }
+
+    /// How long compiling the plugin may take.
+    pub fn compile_timeout(&self) -> Duration {
+        Duration::from_millis(self.compile_timeout_ms)
     }
 }
 
@@ -512,6 +554,31 @@ fn call_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     in_range("call_timeout_ms", u64::deserialize(d)?, 1, 600_000)
 }
 
+fn max_output_records<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    in_range("max_output_records", u32::deserialize(d)?, 1, 100_000_000)
+}
+
+fn max_output_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    // Below 4 GiB: a batch's offsets are u32.
+    in_range("max_output_mb", u32::deserialize(d)?, 1, 4095).map(Some)
+}
+
+fn log_lines_per_sec<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    in_range("log_lines_per_sec", u32::deserialize(d)?, 1, 100_000)
+}
+
+fn log_kib_per_sec<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    in_range("log_kib_per_sec", u32::deserialize(d)?, 1, 1 << 20)
+}
+
+fn max_plugin_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    in_range("max_plugin_mb", u32::deserialize(d)?, 1, 4096)
+}
+
+fn compile_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range("compile_timeout_ms", u64::deserialize(d)?, 100, 3_600_000)
+}
+
 fn operators<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Operator>, D::Error> {
     let operators = Vec::<Operator>::deserialize(d)?;
     if operators.is_empty() {
@@ -533,6 +600,21 @@ fn default_memory_limit_mb() -> u32 {
 }
 fn default_call_timeout_ms() -> u64 {
     1000
+}
+fn default_max_output_records() -> u32 {
+    1_000_000
+}
+fn default_log_lines_per_sec() -> u32 {
+    100
+}
+fn default_log_kib_per_sec() -> u32 {
+    64
+}
+fn default_max_plugin_mb() -> u32 {
+    128
+}
+fn default_compile_timeout_ms() -> u64 {
+    30_000
 }
 fn default_restarts_max() -> u32 {
     5

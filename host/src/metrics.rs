@@ -75,6 +75,13 @@ pub struct OperatorMetrics {
     pub records_out: Counter,
 }
 
+/// What the log rate limit of one operator subtask's plugin dropped.
+#[derive(Clone, Debug, Default)]
+pub struct PluginLogMetrics {
+    pub dropped_lines: Counter,
+    pub dropped_bytes: Counter,
+}
+
 /// The checkpoint coordinator's series.
 #[derive(Clone, Debug)]
 pub struct CheckpointMetrics {
@@ -99,6 +106,8 @@ struct Families {
     records_in: Family<OperatorLabels, PromCounter>,
     records_out: Family<OperatorLabels, PromCounter>,
     consumer_lag: Family<PartitionLabels, PromGauge>,
+    plugin_log_dropped_lines: Family<OperatorLabels, PromCounter>,
+    plugin_log_dropped_bytes: Family<OperatorLabels, PromCounter>,
 }
 
 /// The job's metrics registry. Cheap to clone; every clone updates the same series.
@@ -130,6 +139,8 @@ impl Metrics {
             records_in: Family::default(),
             records_out: Family::default(),
             consumer_lag: Family::default(),
+            plugin_log_dropped_lines: Family::default(),
+            plugin_log_dropped_bytes: Family::default(),
         };
         // Counters get their `_total` suffix from the encoder.
         registry.register(
@@ -175,6 +186,16 @@ impl Metrics {
             "Records between the source's position and the partition's high watermark",
             families.consumer_lag.clone(),
         );
+        registry.register(
+            "plugin_log_dropped_lines",
+            "Lines of plugin log and stdio output dropped by the per-instance rate limit",
+            families.plugin_log_dropped_lines.clone(),
+        );
+        registry.register(
+            "plugin_log_dropped_bytes",
+            "Bytes of plugin log and stdio output dropped by the per-instance rate limit",
+            families.plugin_log_dropped_bytes.clone(),
+        );
         let dead_letter_records = Counter::default();
         registry.register(
             "dead_letter_records",
@@ -199,6 +220,19 @@ impl Metrics {
         OperatorMetrics {
             records_in: Counter(self.families.records_in.get_or_create_owned(&labels)),
             records_out: Counter(self.families.records_out.get_or_create_owned(&labels)),
+        }
+    }
+
+    /// The log-drop counters of one operator subtask's plugin.
+    pub fn plugin_log(&self, operator: &str, subtask: u32) -> PluginLogMetrics {
+        let labels = OperatorLabels {
+            operator: operator.to_owned(),
+            subtask,
+        };
+        let families = &self.families;
+        PluginLogMetrics {
+            dropped_lines: Counter(families.plugin_log_dropped_lines.get_or_create_owned(&labels)),
+            dropped_bytes: Counter(families.plugin_log_dropped_bytes.get_or_create_owned(&labels)),
         }
     }
 

@@ -60,6 +60,7 @@ pub fn tight_limits() -> Limits {
     Limits {
         memory_bytes: 32 << 20,
         call_timeout: Duration::from_millis(200),
+        ..Limits::default()
     }
 }
 

@@ -8,7 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use weir::batch::Batch;
-use weir::operator::{self, Limits, OperatorInstance, Plugin, PluginInfo, Runtime, RuntimeConfig};
+use weir::operator::{
+    self, Limits, LoadLimits, LogLimits, OperatorInstance, Plugin, PluginInfo, Runtime,
+    RuntimeConfig,
+};
 
 #[derive(Args)]
 pub struct CheckArgs {
@@ -20,6 +23,25 @@ pub struct CheckArgs {
     /// CPU deadline of each call, in milliseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     call_timeout_ms: u64,
+    /// Most records one call may return.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
+    max_output_records: u32,
+    /// Most MiB of keys, values and headers one call may return, counted per
+    /// record; default: --memory-limit-mb.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4095))]
+    max_output_mb: Option<u64>,
+    /// Plugin log and stdio lines per second passed to the host log (bursts of 10 s).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    log_lines_per_sec: u32,
+    /// Plugin log and stdio KiB per second passed to the host log (bursts of 10 s).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    log_kib_per_sec: u64,
+    /// Largest plugin file accepted, in MiB.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    max_plugin_mb: u64,
+    /// How long compiling the plugin may take, in milliseconds.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    compile_timeout_ms: u64,
     /// A config entry for `init` (`key=value`, repeatable), as the job file would give.
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
     config: Vec<(String, String)>,
@@ -38,10 +60,20 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         memory_bytes: usize::try_from(args.memory_limit_mb << 20)
             .context("--memory-limit-mb is too large for this machine")?,
         call_timeout: Duration::from_millis(args.call_timeout_ms),
+        max_output_records: args.max_output_records as usize,
+        max_output_bytes: args.max_output_mb.unwrap_or(args.memory_limit_mb) << 20,
+        log: LogLimits {
+            lines_per_sec: args.log_lines_per_sec,
+            bytes_per_sec: args.log_kib_per_sec << 10,
+        },
+    };
+    let load = LoadLimits {
+        max_bytes: args.max_plugin_mb << 20,
+        compile_timeout: Duration::from_millis(args.compile_timeout_ms),
     };
     let runtime =
         Runtime::new(RuntimeConfig::default()).context("cannot start the WebAssembly runtime")?;
-    let plugin = Plugin::load(&runtime, &args.plugin)?;
+    let plugin = Plugin::load_with(&runtime, &args.plugin, load)?;
     print_info(plugin.info(), &runtime, limits);
     let probe = plugin.probe(limits, "check")?;
     println!(
@@ -99,9 +131,11 @@ fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
         "sandbox:  no filesystem, network or environment; clocks frozen; log and stdio to the host log"
     );
     println!(
-        "limits:   memory {}, call timeout {} ms",
+        "limits:   memory and tables {}, call timeout {} ms, output per call {} records / {}",
         mib(limits.memory_bytes),
-        limits.call_timeout.as_millis()
+        limits.call_timeout.as_millis(),
+        limits.max_output_records,
+        mib(usize::try_from(limits.max_output_bytes).unwrap_or(usize::MAX))
     );
     match runtime.cache_dir() {
         Some(dir) => println!("code:     {} (cache: {})", info.compiled, dir.display()),

@@ -12,7 +12,7 @@ use clap::Args;
 use weir::checkpoint::store::CheckpointStore;
 use weir::engine::{Engine, Options};
 use weir::metrics::{Metrics, MetricsServer};
-use weir::operator::{Plugin, Runtime, RuntimeConfig};
+use weir::operator::{LoadLimits, Plugin, Runtime, RuntimeConfig};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -37,7 +37,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .operators
         .iter()
         .map(|op| {
-            Plugin::load(&runtime, &op.plugin)
+            let limits = LoadLimits {
+                max_bytes: u64::from(op.max_plugin_mb) << 20,
+                compile_timeout: op.compile_timeout(),
+            };
+            Plugin::load_with(&runtime, &op.plugin, limits)
                 .with_context(|| format!("operator `{}` of job `{}`", op.name, job.name))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -21,7 +21,7 @@ use crate::checkpoint::recovery::{self, RecoveryError};
 use crate::checkpoint::store::{Checkpoint, CheckpointStore, StoreError};
 use crate::job::{self, Job};
 use crate::metrics::Metrics;
-use crate::operator::{Limits, OperatorError, OperatorInstance, Plugin};
+use crate::operator::{Limits, LogLimits, OperatorError, OperatorInstance, Plugin};
 use crate::sink::{Delivery, Sink, SinkConfig, SinkError, SinkTask};
 use crate::source::{self, Control, PartitionState, SourceTask};
 use message::{Message, Origin};
@@ -271,13 +271,14 @@ impl Engine {
     fn instances(&self, checkpoint: Option<&Checkpoint>) -> Result<Vec<Vec<(OperatorInstance, i64)>>, TaskFailure> {
         let mut stages = Vec::new();
         for (stage, (spec, plugin)) in self.job.operators.iter().zip(&self.plugins).enumerate() {
-            let limits = Limits { memory_bytes: spec.memory_limit_bytes(), call_timeout: spec.call_timeout() };
+            let limits = operator_limits(spec);
             let config: Vec<(String, String)> = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             let mut subtasks = Vec::new();
             for subtask in 0..self.job.parallelism as usize {
                 let label = format!("{}[{subtask}]", spec.name);
-                let mut instance = OperatorInstance::new(plugin, limits.clone(), config.clone(), label)
+                let mut instance = OperatorInstance::new(plugin, limits, config.clone(), label)
                     .map_err(TaskFailure::operator)?;
+                instance.count_log_drops(self.options.metrics.plugin_log(&spec.name, subtask as u32));
                 let mut watermark = i64::MIN;
                 if let Some(checkpoint) = checkpoint {
                     let task = operator_task::task_name(stage, subtask);
@@ -431,6 +432,20 @@ impl Engine {
             crate::checkpoint::watchdog::Watchdog::start().guard(what, crate::sink::COMMIT_BOUND, || sink.abort());
         }
         outcome
+    }
+}
+
+/// What each instance of operator `spec` may use, from its job-file keys.
+fn operator_limits(spec: &job::Operator) -> Limits {
+    Limits {
+        memory_bytes: spec.memory_limit_bytes(),
+        call_timeout: spec.call_timeout(),
+        max_output_records: spec.max_output_records as usize,
+        max_output_bytes: spec.max_output_bytes(),
+        log: LogLimits {
+            lines_per_sec: spec.log_lines_per_sec,
+            bytes_per_sec: u64::from(spec.log_kib_per_sec) << 10,
+        },
     }
 }
 

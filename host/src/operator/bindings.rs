@@ -11,7 +11,7 @@ use wasmtime::component::{ComponentType, Func, Instance, Lift, Lower, TypedFunc}
 use wasmtime::{AsContextMut, Store};
 
 use super::sandbox::HostState;
-use crate::batch::{Batch, BatchError, Entry, Header};
+use crate::batch::{Batch, BatchError, Entry, Header, OutputBound};
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -233,18 +233,21 @@ pub(super) fn with_wire<R>(batch: &Batch, f: impl FnOnce(WireBatch<'_>) -> R) ->
 
 /// Takes ownership of a batch a guest returned from `process`; its buffers move,
 /// not copy.
-pub(super) fn from_wire(batch: WireBatchResult) -> Result<Batch, BatchError> {
+pub(super) fn from_wire(batch: WireBatchResult, bound: OutputBound) -> Result<Batch, BatchError> {
     // Same layout (`repr(transparent)`): collects in place, no allocation.
     let entries = batch
         .entries
         .into_iter()
         .map(|WireEntry(entry)| entry)
         .collect();
-    Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers))
+    Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers), bound)
 }
 
 /// The same for the generated result type the other exports return.
-pub(super) fn from_generated(batch: types::BatchResult) -> Result<Batch, BatchError> {
+pub(super) fn from_generated(
+    batch: types::BatchResult,
+    bound: OutputBound,
+) -> Result<Batch, BatchError> {
     let entries = batch
         .entries
         .into_iter()
@@ -257,7 +260,7 @@ pub(super) fn from_generated(batch: types::BatchResult) -> Result<Batch, BatchEr
             timestamp: e.timestamp,
         })
         .collect();
-    Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers))
+    Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers), bound)
 }
 
 fn headers_from_wire(headers: Vec<types::HeaderResult>) -> Vec<Header> {

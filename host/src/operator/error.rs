@@ -18,8 +18,23 @@ pub enum PluginError {
         cause: std::io::Error,
     },
 
-    #[error("plugin {} is {size} bytes, over the {max}-byte limit for a plugin; is it the right file?", path.display())]
+    #[error(
+        "plugin {} is {size} bytes, over the {max}-byte limit for a plugin; is it the right file? \
+         If so, raise the operator's max_plugin_mb in the job file (weir check: --max-plugin-mb)",
+        path.display()
+    )]
     TooLarge { path: PathBuf, size: u64, max: u64 },
+
+    #[error("plugin {} is not a regular file; give the path of a .wasm component file", path.display())]
+    NotAFile { path: PathBuf },
+
+    #[error(
+        "plugin {} did not compile within {} ms; a component of a few MB compiles in seconds, so \
+         check it is the right file; if so, raise the operator's compile_timeout_ms in the job file \
+         (weir check: --compile-timeout-ms)",
+        path.display(), timeout.as_millis()
+    )]
+    CompileTimeout { path: PathBuf, timeout: Duration },
 
     #[error(
         "plugin {} is not a WebAssembly file (it does not start with the bytes `\\0asm`); \
@@ -182,7 +197,7 @@ pub enum OperatorError {
 
     /// The guest's memory would have grown past the cap.
     #[error(
-        "{id}: {call} tried to grow its memory to {requested_bytes} bytes, over its limit of \
+        "{id}: {call} tried to grow its memory and tables to {requested_bytes} bytes, over its limit of \
          {limit_bytes} bytes; the instance was reset to a fresh one with empty state; raise the \
          memory limit if the plugin legitimately needs more"
     )]
@@ -193,6 +208,34 @@ pub enum OperatorError {
         requested_bytes: usize,
     },
 
+    /// The guest handed the host more bytes in one call than its hostcall budget.
+    #[error(
+        "{id}: {call} handed the host more than {limit_bytes} bytes in one call (twice its memory \
+         limit of {memory_bytes} bytes) and was stopped; the instance was reset to a fresh one with \
+         empty state; raise the operator's memory_limit_mb (weir check: --memory-limit-mb) if the \
+         plugin legitimately returns that much, e.g. a large snapshot"
+    )]
+    HostcallDataExceeded {
+        id: OperatorId,
+        call: Call,
+        limit_bytes: usize,
+        memory_bytes: usize,
+    },
+
+    /// The guest returned more than one call may: too many records, or records
+    /// that add up to too many bytes once each is copied out.
+    #[error(
+        "{id}: {call} returned too much output: {problem}; nothing of it was passed on and the \
+         input is handled as if the plugin had crashed on it; if the output is legitimate, raise \
+         the operator's max_output_records or max_output_mb in the job file (weir check: \
+         --max-output-records, --max-output-mb)"
+    )]
+    OutputTooLarge {
+        id: OperatorId,
+        call: Call,
+        problem: BatchError,
+    },
+
     /// The component could not be instantiated (e.g. its initial memory is over the cap).
     #[error("{id} cannot be instantiated: {detail}")]
     Instantiate { id: OperatorId, detail: String },
@@ -201,7 +244,8 @@ pub enum OperatorError {
     #[error("{id}: init failed: {detail}; check the operator's config")]
     Init { id: OperatorId, detail: String },
 
-    /// The guest returned a batch whose offsets do not fit its data.
+    /// The guest returned a batch whose offsets do not fit its data, or a record
+    /// with a timestamp Kafka refuses.
     #[error("{id}: {call} returned a malformed batch: {problem}; this is a bug in the plugin")]
     InvalidOutput {
         id: OperatorId,
@@ -218,7 +262,10 @@ impl OperatorError {
     pub fn is_trap(&self) -> bool {
         matches!(
             self,
-            Self::Trap { .. } | Self::DeadlineExceeded { .. } | Self::MemoryLimitExceeded { .. }
+            Self::Trap { .. }
+                | Self::DeadlineExceeded { .. }
+                | Self::MemoryLimitExceeded { .. }
+                | Self::HostcallDataExceeded { .. }
         )
     }
 
@@ -229,6 +276,8 @@ impl OperatorError {
             | Self::Trap { id, .. }
             | Self::DeadlineExceeded { id, .. }
             | Self::MemoryLimitExceeded { id, .. }
+            | Self::HostcallDataExceeded { id, .. }
+            | Self::OutputTooLarge { id, .. }
             | Self::Instantiate { id, .. }
             | Self::Init { id, .. }
             | Self::InvalidOutput { id, .. } => id,

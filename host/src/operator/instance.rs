@@ -2,7 +2,6 @@
 //! under a CPU deadline. A crash (trap, deadline, memory) poisons the Store, so it
 //! is dropped and a fresh instance is stamped from the plugin's pre-instantiation.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap};
@@ -11,17 +10,25 @@ use super::bindings::{Operator, ProcessFunc, from_generated, from_wire, with_wir
 use super::error::{Call, OperatorError, OperatorId};
 use super::plugin::Plugin;
 use super::sandbox::HostState;
-use super::stdio;
-use crate::batch::Batch;
+use super::stdio::{self, LogGate, LogLimits};
+use crate::batch::{Batch, BatchError, OutputBound};
+use crate::metrics::PluginLogMetrics;
 
 /// What one operator instance may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Total linear memory of the instance.
+    /// Total linear memory and table space of the instance.
     pub memory_bytes: usize,
     /// CPU deadline of every call (and of instantiation plus `init`), enforced
     /// with the runtime's epoch tick as granularity.
     pub call_timeout: Duration,
+    /// Most records one call may return.
+    pub max_output_records: usize,
+    /// Most bytes of keys, values and headers one call may return, counted per
+    /// record (records may share bytes in the guest, never on the host).
+    pub max_output_bytes: u64,
+    /// How much of the guest's log and stdio reaches the host log.
+    pub log: LogLimits,
 }
 
 impl Default for Limits {
@@ -29,7 +36,27 @@ impl Default for Limits {
         Self {
             memory_bytes: 64 << 20,
             call_timeout: Duration::from_secs(1),
+            max_output_records: 1_000_000,
+            max_output_bytes: 64 << 20,
+            log: LogLimits::default(),
         }
+    }
+}
+
+impl Limits {
+    fn output_bound(&self) -> OutputBound {
+        OutputBound {
+            max_records: self.max_output_records,
+            max_bytes: self.max_output_bytes,
+        }
+    }
+
+    /// Bytes the guest may hand the host in one call (wasmtime's hostcall fuel,
+    /// 128 MiB unless set). An output lives in the guest's memory, and lifted
+    /// it takes up to about twice that on the host (a header's host form is
+    /// 56 bytes for 20 in the guest), so the fuel follows the memory cap.
+    pub fn hostcall_bytes(&self) -> usize {
+        self.memory_bytes.saturating_mul(2)
     }
 }
 
@@ -40,9 +67,11 @@ pub struct OperatorInstance {
     limits: Limits,
     config: Vec<(String, String)>,
     id: OperatorId,
-    label: Arc<str>,
     /// `limits.call_timeout` in epoch ticks, computed once: every call sets it.
     deadline_ticks: u64,
+    /// The log rate limit, shared by every guest this instance runs, so that a
+    /// plugin crashing in a loop does not get a fresh budget each time.
+    log: LogGate,
     /// `None` only after a crash whose replacement failed; the next call retries.
     live: Option<Live>,
 }
@@ -79,6 +108,8 @@ enum Crash {
     Memory {
         requested_bytes: usize,
     },
+    /// The guest handed the host more bytes than its hostcall budget.
+    HostcallData,
 }
 
 impl Plugin {
@@ -90,7 +121,8 @@ impl Plugin {
             plugin: self.path().to_owned(),
         };
         let started = Instant::now();
-        let live = instantiate(self, limits, label.into(), &id)?;
+        let log = LogGate::new(label.into(), limits.log);
+        let live = instantiate(self, limits, &log, &id)?;
         Ok(Probe {
             instantiate_time: started.elapsed(),
             memory_bytes: live.store.data().memory_in_use(),
@@ -116,8 +148,8 @@ impl OperatorInstance {
             limits,
             config,
             id,
-            label: label.into(),
             deadline_ticks: plugin.runtime().deadline_ticks(limits.call_timeout),
+            log: LogGate::new(label.into(), limits.log),
             live: None,
         };
         instance.live = Some(instance.start()?);
@@ -129,11 +161,8 @@ impl OperatorInstance {
         let output = self.call(Call::Process, |live| {
             with_wire(batch, |wire| live.process.call(&mut live.store, wire))
         })?;
-        from_wire(output).map_err(|problem| OperatorError::InvalidOutput {
-            id: self.id.clone(),
-            call: Call::Process,
-            problem,
-        })
+        from_wire(output, self.limits.output_bound())
+            .map_err(|problem| self.output_error(Call::Process, problem))
     }
 
     /// Event time reached `watermark`; returns the records this completes.
@@ -141,11 +170,8 @@ impl OperatorInstance {
         let output = self.call(Call::OnWatermark, |live| {
             live.operator.call_on_watermark(&mut live.store, watermark)
         })?;
-        from_generated(output).map_err(|problem| OperatorError::InvalidOutput {
-            id: self.id.clone(),
-            call: Call::OnWatermark,
-            problem,
-        })
+        from_generated(output, self.limits.output_bound())
+            .map_err(|problem| self.output_error(Call::OnWatermark, problem))
     }
 
     /// The guest's whole state, for a checkpoint.
@@ -168,6 +194,16 @@ impl OperatorInstance {
 
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// Counts the guest output the log rate limit drops in `metrics` from now on.
+    pub fn count_log_drops(&mut self, metrics: PluginLogMetrics) {
+        self.log.count_drops(metrics);
+    }
+
+    /// Lines and bytes of guest output dropped by the log rate limit so far.
+    pub fn log_dropped(&self) -> (u64, u64) {
+        self.log.dropped()
     }
 
     /// Linear memory the guest holds now (0 if it is between a crash and its replacement).
@@ -206,6 +242,19 @@ impl OperatorInstance {
         }
     }
 
+    /// An output the host refuses: it breaks the contract or the limits. The
+    /// guest did not crash, but the call failed, so the engine treats its input
+    /// as it treats a crashing one.
+    fn output_error(&self, call: Call, problem: BatchError) -> OperatorError {
+        let id = self.id.clone();
+        match problem {
+            BatchError::TooManyRecords { .. } | BatchError::TooManyBytes { .. } => {
+                OperatorError::OutputTooLarge { id, call, problem }
+            }
+            problem => OperatorError::InvalidOutput { id, call, problem },
+        }
+    }
+
     fn crash_error(&self, call: Call, crash: Crash) -> OperatorError {
         let id = self.id.clone();
         match crash {
@@ -226,6 +275,12 @@ impl OperatorInstance {
                 limit_bytes: self.limits.memory_bytes,
                 requested_bytes,
             },
+            Crash::HostcallData => OperatorError::HostcallDataExceeded {
+                id,
+                call,
+                limit_bytes: self.limits.hostcall_bytes(),
+                memory_bytes: self.limits.memory_bytes,
+            },
         }
     }
 
@@ -243,7 +298,7 @@ impl OperatorInstance {
 
     /// A fresh instance with `init(config)` done.
     fn start(&self) -> Result<Live, OperatorError> {
-        let mut live = instantiate(&self.plugin, self.limits, self.label.clone(), &self.id)?;
+        let mut live = instantiate(&self.plugin, self.limits, &self.log, &self.id)?;
         let config: Vec<(&str, &str)> = self
             .config
             .iter()
@@ -267,12 +322,13 @@ impl OperatorInstance {
 fn instantiate(
     plugin: &Plugin,
     limits: Limits,
-    label: Arc<str>,
+    log: &LogGate,
     id: &OperatorId,
 ) -> Result<Live, OperatorError> {
     let runtime = plugin.runtime();
-    let mut store = Store::new(runtime.engine(), HostState::new(label, limits.memory_bytes));
+    let mut store = Store::new(runtime.engine(), HostState::new(log.clone(), limits.memory_bytes));
     store.limiter(HostState::limiter);
+    store.set_hostcall_fuel(limits.hostcall_bytes());
     store.set_epoch_deadline(runtime.deadline_ticks(limits.call_timeout));
     let instantiated = plugin
         .pre()
@@ -302,6 +358,10 @@ fn instantiate(
 fn diagnose(err: &wasmtime::Error, state: &HostState) -> Crash {
     if let Some(requested_bytes) = state.memory_denied() {
         return Crash::Memory { requested_bytes };
+    }
+    // wasmtime's own error type for it is private; its message is stable.
+    if format!("{err:#}").contains("fuel allocated for hostcalls has been exhausted") {
+        return Crash::HostcallData;
     }
     let trap = if let Some(trap) = err.downcast_ref::<Trap>() {
         if *trap == Trap::Interrupt {
@@ -335,8 +395,13 @@ fn describe(crash: Crash, limits: Limits) -> String {
             limits.call_timeout.as_millis()
         ),
         Crash::Memory { requested_bytes } => format!(
-            "it needs {requested_bytes} bytes of memory, over the limit of {} bytes; raise the memory limit",
+            "it needs {requested_bytes} bytes of memory and tables, over the limit of {} bytes; raise the memory limit",
             limits.memory_bytes
+        ),
+        Crash::HostcallData => format!(
+            "it handed the host more than {} bytes in one call (twice its memory limit); \
+             raise the memory limit if that is legitimate",
+            limits.hostcall_bytes()
         ),
     }
 }

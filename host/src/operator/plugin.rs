@@ -3,8 +3,10 @@
 //! the cache, checked against the world, and pre-instantiated once.
 
 use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use semver::Version;
@@ -16,8 +18,23 @@ use super::error::PluginError;
 use super::runtime::Runtime;
 use super::sandbox::HostState;
 
-/// Largest plugin file accepted; a Python component is ~20 MB.
-pub const MAX_PLUGIN_BYTES: u64 = 512 << 20;
+/// What loading one plugin file may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadLimits {
+    /// Largest file accepted; a Python component is ~20 MB.
+    pub max_bytes: u64,
+    /// How long compiling it may take; a Python component takes ~4 s here.
+    pub compile_timeout: Duration,
+}
+
+impl Default for LoadLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 128 << 20,
+            compile_timeout: Duration::from_secs(30),
+        }
+    }
+}
 
 /// The 8-byte preamble of a Wasm binary: magic, then version and layer.
 const MAGIC: &[u8; 4] = b"\0asm";
@@ -76,25 +93,23 @@ impl fmt::Display for Compiled {
 }
 
 impl Plugin {
+    /// Loads the component at `path` under [`LoadLimits::default`].
+    pub fn load(runtime: &Runtime, path: &Path) -> Result<Plugin, PluginError> {
+        Self::load_with(runtime, path, LoadLimits::default())
+    }
+
     /// Loads the component at `path`, checks it can run as an operator here and
     /// pre-instantiates it.
-    pub fn load(runtime: &Runtime, path: &Path) -> Result<Plugin, PluginError> {
-        let read_err = |cause| PluginError::Read {
-            path: path.to_owned(),
-            cause,
-        };
-        let size = std::fs::metadata(path).map_err(read_err)?.len();
-        if size > MAX_PLUGIN_BYTES {
-            return Err(PluginError::TooLarge {
-                path: path.to_owned(),
-                size,
-                max: MAX_PLUGIN_BYTES,
-            });
-        }
-        let wasm = std::fs::read(path).map_err(read_err)?;
+    pub fn load_with(
+        runtime: &Runtime,
+        path: &Path,
+        limits: LoadLimits,
+    ) -> Result<Plugin, PluginError> {
+        let wasm = read(path, limits.max_bytes)?;
+        let size = wasm.len() as u64;
         recognise(path, &wasm)?;
 
-        let (component, compiled) = compile(runtime, path, &wasm)?;
+        let (component, compiled) = compile(runtime, path, wasm, limits.compile_timeout)?;
         let Surface {
             version,
             imports,
@@ -146,6 +161,38 @@ impl Plugin {
     pub(super) fn pre(&self) -> &OperatorPre<HostState> {
         &self.inner.pre
     }
+}
+
+/// The file's bytes, if it is a regular file of at most `max_bytes`: the size is
+/// checked before reading, and the read stops past it in case the file grows.
+fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, PluginError> {
+    let read_err = |cause| PluginError::Read {
+        path: path.to_owned(),
+        cause,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(PluginError::NotAFile {
+            path: path.to_owned(),
+        });
+    }
+    let too_large = |size| PluginError::TooLarge {
+        path: path.to_owned(),
+        size,
+        max: max_bytes,
+    };
+    if meta.len() > max_bytes {
+        return Err(too_large(meta.len()));
+    }
+    let mut wasm = Vec::with_capacity(meta.len() as usize);
+    file.take(max_bytes + 1)
+        .read_to_end(&mut wasm)
+        .map_err(read_err)?;
+    if wasm.len() as u64 > max_bytes {
+        return Err(too_large(wasm.len() as u64));
+    }
+    Ok(wasm)
 }
 
 /// Tells a component from a core module or something that is not Wasm at all,
@@ -218,13 +265,14 @@ fn check_sections_fit(wasm: &[u8]) -> Result<(), String> {
 fn compile(
     runtime: &Runtime,
     path: &Path,
-    wasm: &[u8],
+    wasm: Vec<u8>,
+    timeout: Duration,
 ) -> Result<(Component, Compiled), PluginError> {
     let started = Instant::now();
     let key = runtime.cache().map(|cache| {
         (
             cache,
-            super::cache::CompiledCache::key(runtime.engine(), wasm),
+            super::cache::CompiledCache::key(runtime.engine(), &wasm),
         )
     });
     if let Some((cache, key)) = &key
@@ -232,7 +280,50 @@ fn compile(
     {
         return Ok((component, Compiled::Cached(started.elapsed())));
     }
-    let component = Component::from_binary(runtime.engine(), wasm).map_err(|err| {
+    let component = compile_within(runtime, path, wasm, timeout)?;
+    let compiled = Compiled::Fresh(started.elapsed());
+    if let Some((cache, key)) = &key {
+        cache.store(key, &component);
+    }
+    Ok((component, compiled))
+}
+
+/// Compiles on a thread of its own and waits at most `timeout`. Cranelift cannot
+/// be interrupted: past the deadline the thread is left to finish and its result
+/// dropped, and the caller fails to start (a job or `weir check` then exits).
+fn compile_within(
+    runtime: &Runtime,
+    path: &Path,
+    wasm: Vec<u8>,
+    timeout: Duration,
+) -> Result<Component, PluginError> {
+    let (done, result) = mpsc::sync_channel(1);
+    let engine = runtime.engine().clone();
+    std::thread::Builder::new()
+        .name("weir-compile".into())
+        .spawn(move || {
+            let _ = done.send(Component::from_binary(&engine, &wasm));
+        })
+        .map_err(|cause| PluginError::Read {
+            path: path.to_owned(),
+            cause,
+        })?;
+    let compiled = match result.recv_timeout(timeout) {
+        Ok(compiled) => compiled,
+        Err(RecvTimeoutError::Timeout) => {
+            return Err(PluginError::CompileTimeout {
+                path: path.to_owned(),
+                timeout,
+            });
+        }
+        Err(RecvTimeoutError::Disconnected) => {
+            return Err(PluginError::Invalid {
+                path: path.to_owned(),
+                detail: "the compiler stopped without a result".into(),
+            });
+        }
+    };
+    compiled.map_err(|err| {
         let detail = format!("{err:#}");
         // Truncation inside a nested section is only visible to the parser.
         if detail.contains("unexpected end") {
@@ -246,10 +337,5 @@ fn compile(
                 detail,
             }
         }
-    })?;
-    let compiled = Compiled::Fresh(started.elapsed());
-    if let Some((cache, key)) = &key {
-        cache.store(key, &component);
-    }
-    Ok((component, compiled))
+    })
 }

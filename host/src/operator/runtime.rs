@@ -11,7 +11,7 @@ use std::time::Duration;
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, OptLevel};
 
-use super::cache::CompiledCache;
+use super::cache::{CacheError, CompiledCache};
 use super::sandbox::{self, HostState};
 
 /// How the runtime is set up; [`RuntimeConfig::default`] suits production.
@@ -63,6 +63,8 @@ pub enum RuntimeError {
     Engine(wasmtime::Error),
     #[error("cannot start the epoch ticker thread: {0}")]
     Ticker(std::io::Error),
+    #[error("{0}")]
+    Cache(#[from] CacheError),
 }
 
 /// One per process; cheap to clone. Plugins and instances keep it alive, so the
@@ -87,6 +89,10 @@ impl Runtime {
         {
             return Err(RuntimeError::EpochTick(config.epoch_tick));
         }
+        let cache = match config.cache_dir {
+            Some(dir) => CompiledCache::open(dir, config.cache_max_bytes)?,
+            None => None,
+        };
         let mut wasm = Config::new();
         // Concurrency support makes every synchronous component call markedly
         // slower; operators are called synchronously from dedicated threads.
@@ -101,9 +107,6 @@ impl Runtime {
         let linker = sandbox::linker(&engine).map_err(RuntimeError::Engine)?;
         let ticker =
             Ticker::start(engine.clone(), config.epoch_tick).map_err(RuntimeError::Ticker)?;
-        let cache = config
-            .cache_dir
-            .map(|dir| CompiledCache::new(dir, config.cache_max_bytes));
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,

@@ -3,7 +3,6 @@
 //! files, sockets, environment; clocks frozen, timers already elapsed), memory is
 //! capped per Store, and the guest's log and stdio go to `tracing`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker, Resource, ResourceTable};
@@ -13,7 +12,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 
 use super::bindings::{Operator, log, types};
 use super::memory::MemoryCap;
-use super::stdio::{self, GuestOutput};
+use super::stdio::{GuestOutput, LogGate};
 
 /// The WASI clock interface whose timers are replaced (see [`linker`]). Must
 /// name the version wasmtime-wasi defines, or shadowing would add a new
@@ -31,12 +30,11 @@ pub(super) struct HostState {
     table: ResourceTable,
     memory: MemoryCap,
     output: GuestOutput,
-    label: Arc<str>,
 }
 
 impl HostState {
-    pub(super) fn new(label: Arc<str>, memory_bytes: usize) -> Self {
-        let output = GuestOutput::new(label.clone());
+    pub(super) fn new(log: LogGate, memory_bytes: usize) -> Self {
+        let output = GuestOutput::new(log);
         let wasi = WasiCtx::builder()
             .stdout(output.stdout())
             .stderr(output.stderr())
@@ -53,7 +51,6 @@ impl HostState {
             table,
             memory: MemoryCap::new(memory_bytes),
             output,
-            label,
         }
     }
 
@@ -74,7 +71,7 @@ impl HostState {
 
     /// Bytes of linear memory the guest holds now.
     pub(super) fn memory_in_use(&self) -> usize {
-        self.memory.in_use()
+        self.memory.memory_in_use()
     }
 
     /// The last lines the guest wrote during this call, joined, if it wrote any.
@@ -97,8 +94,10 @@ impl types::Host for HostState {}
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
-        let message = stdio::cut(&message);
-        let operator = &*self.label;
+        let Some(message) = self.output.admit_log(&message) else {
+            return;
+        };
+        let operator = self.output.label();
         match level {
             log::Level::Trace => tracing::trace!(target: "weir::plugin", operator, "{message}"),
             log::Level::Debug => tracing::debug!(target: "weir::plugin", operator, "{message}"),
