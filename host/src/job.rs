@@ -38,7 +38,7 @@
 //! log_lines_per_sec = 100         # plugin log/stdio lines passed to the host log, 1..=100000,
 //! log_kib_per_sec = 64            # and KiB; bursts of 10 s; the rest is dropped and counted
 //! max_plugin_mb = 128             # largest plugin file accepted, 1..=4096
-//! compile_timeout_ms = 30000      # how long compiling the plugin may take, 100..=3600000
+//! compile_timeout_ms = 120000     # how long compiling the plugin may take, 100..=3600000
 //! [operators.config]              # optional, handed to the plugin's init as strings
 //! window_ms = 10000               # integers, floats and booleans become strings
 //!
@@ -614,7 +614,7 @@ fn default_max_plugin_mb() -> u32 {
     128
 }
 fn default_compile_timeout_ms() -> u64 {
-    30_000
+    crate::operator::DEFAULT_COMPILE_TIMEOUT.as_millis() as u64
 }
 fn default_restarts_max() -> u32 {
     5

@@ -40,7 +40,11 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_plugin_mb: u64,
     /// How long compiling the plugin may take, in milliseconds.
-    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    #[arg(
+        long,
+        default_value_t = weir::operator::DEFAULT_COMPILE_TIMEOUT.as_millis() as u64,
+        value_parser = clap::value_parser!(u64).range(100..=3_600_000)
+    )]
     compile_timeout_ms: u64,
     /// A config entry for `init` (`key=value`, repeatable), as the job file would give.
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]

@@ -20,7 +20,7 @@ mod stdio;
 pub use contract::{EXPORTS, PACKAGE, compatible, host_version};
 pub use error::{Call, OperatorError, OperatorId, PluginError};
 pub use instance::{Limits, OperatorInstance, Probe};
-pub use plugin::{Compiled, LoadLimits, Plugin, PluginInfo};
+pub use plugin::{Compiled, DEFAULT_COMPILE_TIMEOUT, LoadLimits, Plugin, PluginInfo};
 pub use stdio::LogLimits;
 pub use cache::CacheError;
 pub use runtime::{Runtime, RuntimeConfig, RuntimeError};
