@@ -69,19 +69,6 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-fn count(path: &Path, needle: &str) -> usize {
-    read(path).matches(needle).count()
-}
-
-/// Waits until `needle` occurs more than `before` times in the log.
-fn wait_for_more(log: &Path, needle: &str, before: usize, within: Duration) {
-    let deadline = Instant::now() + within;
-    while count(log, needle) <= before {
-        assert!(Instant::now() < deadline, "`{needle}` not logged within {within:?}:\n{}", read(log));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn window_count_job(prefix: &str) -> JobDir {
     let job = job::job_dir(prefix);
     support::create_topic(&job.input, PARTITIONS);
@@ -123,11 +110,11 @@ fn a_job_killed_while_the_broker_stalls_its_first_commit_starts_again_exactly() 
 
     let log = job.dir.path().join("weir.log");
     let mut child = job::start(&job.path(), &log, &[LOG_SEALS]);
-    wait_for_more(&log, "recovered; running", 0, Duration::from_secs(60));
+    job::wait_for_more(&log, "recovered; running", 0, Duration::from_secs(60));
     {
         // Checkpoint 1 is sealed locally, then its commit stalls on the frozen broker.
         let _frozen = Frozen::broker();
-        wait_for_more(&log, "committing it in Kafka checkpoint=1", 0, Duration::from_secs(30));
+        job::wait_for_more(&log, "committing it in Kafka checkpoint=1", 0, Duration::from_secs(30));
         job::kill(&mut child);
     }
     // Recovery finds no committed checkpoint but a sealed checkpoint 1 in the store.
@@ -154,7 +141,7 @@ fn a_job_recovers_when_the_broker_is_killed_during_a_commit() {
         // committing when the broker froze); then the broker dies.
         let _frozen = Frozen::broker();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while count(&log, "checkpoint sealed") <= count(&log, "checkpoint committed") {
+        while job::count_in_log(&log, "checkpoint sealed") <= job::count_in_log(&log, "checkpoint committed") {
             assert!(Instant::now() < deadline, "no commit in flight within 30 s of the freeze:\n{}", read(&log));
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -176,6 +163,6 @@ fn a_job_recovers_when_the_broker_is_killed_during_a_commit() {
     input.extend(flush);
 
     let hung = finish_exactly(&job, child, &input, &log);
-    let restarts = count(&log, "restarting from the last committed checkpoint");
+    let restarts = job::count_in_log(&log, "restarting from the last committed checkpoint");
     eprintln!("after the broker crash: {restarts} in-process restarts, {hung} exits on a hung commit");
 }

@@ -195,22 +195,18 @@ fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, see
     let mut while_running = 0;
     for _ in 0..kills {
         let delay = Duration::from_millis(next_random(&mut state) % 2500);
-        let running_before = count_in_log(log, "recovered; running");
+        let running_before = job::count_in_log(log, "recovered; running");
         let mut child = job::start(&job.path(), log, &[]);
         let started = Instant::now();
         if let Some(status) = job::wait(&mut child, delay) {
             panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), std::fs::read_to_string(log).unwrap());
         }
         job::kill(&mut child);
-        if count_in_log(log, "recovered; running") > running_before {
+        if job::count_in_log(log, "recovered; running") > running_before {
             while_running += 1;
         }
     }
     while_running
-}
-
-fn count_in_log(log: &std::path::Path, needle: &str) -> usize {
-    std::fs::read_to_string(log).map(|t| t.matches(needle).count()).unwrap_or(0)
 }
 
 /// Input that keeps arriving while the job is being killed: 100,000 records in paced
@@ -311,15 +307,7 @@ fn at_least_once_loses_nothing_under_sigkill() {
     );
 }
 
+/// Waits until the log has one more `needle` than it had when called.
 fn wait_for_log(log: &std::path::Path, needle: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    let before = std::fs::read_to_string(log).map(|t| t.matches(needle).count()).unwrap_or(0);
-    loop {
-        let now = std::fs::read_to_string(log).map(|t| t.matches(needle).count()).unwrap_or(0);
-        if now > before {
-            return;
-        }
-        assert!(Instant::now() < deadline, "`{needle}` not logged within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    job::wait_for_more(log, needle, job::count_in_log(log, needle), within);
 }

@@ -168,3 +168,22 @@ pub fn wait(child: &mut Child, within: Duration) -> Option<ExitStatus> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// How many times `needle` occurs in the log of a job (0 if there is no log yet).
+pub fn count_in_log(log: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(log).map(|text| text.matches(needle).count()).unwrap_or(0)
+}
+
+/// Waits until `needle` occurs more than `before` times in the log, polling, for at most
+/// `within`; fails showing the log otherwise.
+pub fn wait_for_more(log: &Path, needle: &str, before: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while count_in_log(log, needle) <= before {
+        assert!(
+            Instant::now() < deadline,
+            "`{needle}` not logged within {within:?}:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
