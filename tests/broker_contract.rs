@@ -3,7 +3,7 @@
 //! readers, offsets with checkpoint metadata commit atomically with the output, and a
 //! second producer with the same transactional.id fences the first.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,14 +1,15 @@
 //! The broker fails under a running job: it is frozen during the job's first commit while
 //! the job is killed, and it is killed (not stopped) during a commit and started again.
-//! Each time the committed output is still exact. Its own test binary, because it freezes
-//! and restarts the broker every other test uses (cargo runs test binaries one at a time).
+//! Each time the committed output is still exact. Each test runs against a broker of its
+//! own (`support::broker`), since the other tests share the main one meanwhile.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use support::broker::PrivateBroker;
 use support::clicks::{self, Clicks};
 use support::job::{self, JobDir};
 use support::{Isolation, Tail};
@@ -16,52 +17,31 @@ use support::{Isolation, Tail};
 const PARTITIONS: i32 = 2;
 const WINDOW_MS: i64 = 1000;
 /// Logs the coordinator's line between seal and commit, which the tests wait for.
-const LOG_SEALS: (&str, &str) = ("RUST_LOG", "info,weir::checkpoint::coordinator=debug");
+const LOG_SEALS: (&str, &str) = ("RUST_LOG", "info,weir::engine::coordinator=debug");
 /// weir's exit code when a Kafka commit hung past its bound (README: start it again).
 const EXIT_COMMIT_HUNG: i32 = 75;
 
-/// Held by each test for its whole run: the tests of this binary run on threads of one
-/// process, and each freezes or kills the broker the other uses.
-static BROKER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Held by each test for its whole run, so that only one private broker (a JVM of up
+/// to 1 GiB) runs beside the shared one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn own_the_broker() -> std::sync::MutexGuard<'static, ()> {
-    BROKER.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn broker(command: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/kafka");
-    let status = std::process::Command::new("bash").arg(script).arg(command).status().expect("running scripts/kafka/kafka");
-    assert!(status.success(), "scripts/kafka/kafka {command} failed");
-}
+/// Freezes the broker with SIGSTOP until dropped.
+struct Frozen<'a>(&'a PrivateBroker);
 
-/// The broker's JVM, if it runs.
-fn broker_pid() -> Option<i32> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/kafka");
-    let output = std::process::Command::new("bash").arg(script).arg("pid").output().ok()?;
-    String::from_utf8_lossy(&output.stdout).trim().parse().ok()
-}
-
-/// Sends `signal` to the broker's JVM; false if it does not run.
-fn signal_broker(signal: i32) -> bool {
-    let Some(pid) = broker_pid() else { return false };
-    // SAFETY: kill(2) with a pid read from the broker's pid file; no memory is involved.
-    unsafe { libc::kill(pid, signal) == 0 }
-}
-
-/// Freezes the broker with SIGSTOP until dropped, so that a failing test never leaves
-/// the broker every later test needs frozen.
-struct Frozen;
-
-impl Frozen {
-    fn broker() -> Frozen {
-        assert!(signal_broker(libc::SIGSTOP), "the broker must run (scripts/kafka/kafka start)");
-        Frozen
+impl Frozen<'_> {
+    fn broker(broker: &PrivateBroker) -> Frozen<'_> {
+        assert!(broker.signal(libc::SIGSTOP), "the private broker must run");
+        Frozen(broker)
     }
 }
 
-impl Drop for Frozen {
+impl Drop for Frozen<'_> {
     fn drop(&mut self) {
-        signal_broker(libc::SIGCONT);
+        self.0.signal(libc::SIGCONT);
     }
 }
 
@@ -101,7 +81,8 @@ fn finish_exactly(job: &JobDir, mut child: Child, input: &[clicks::Input], log: 
 
 #[test]
 fn a_job_killed_while_the_broker_stalls_its_first_commit_starts_again_exactly() {
-    let _broker = own_the_broker();
+    let _alone = one_at_a_time();
+    let broker = PrivateBroker::start();
     let job = window_count_job("first-commit-stall");
     let mut clicks = Clicks::new(13, PARTITIONS, 200);
     let mut input = clicks.take(5_000);
@@ -113,7 +94,7 @@ fn a_job_killed_while_the_broker_stalls_its_first_commit_starts_again_exactly() 
     job::wait_for_more(&log, "recovered; running", 0, Duration::from_secs(60));
     {
         // Checkpoint 1 is sealed locally, then its commit stalls on the frozen broker.
-        let _frozen = Frozen::broker();
+        let _frozen = Frozen::broker(&broker);
         job::wait_for_more(&log, "committing it in Kafka checkpoint=1", 0, Duration::from_secs(30));
         job::kill(&mut child);
     }
@@ -125,7 +106,8 @@ fn a_job_killed_while_the_broker_stalls_its_first_commit_starts_again_exactly() 
 
 #[test]
 fn a_job_recovers_when_the_broker_is_killed_during_a_commit() {
-    let _broker = own_the_broker();
+    let _alone = one_at_a_time();
+    let broker = PrivateBroker::start();
     let job = window_count_job("broker-crash");
     let mut clicks = Clicks::new(5, PARTITIONS, 200);
     let mut input = clicks.take(10_000);
@@ -139,20 +121,20 @@ fn a_job_recovers_when_the_broker_is_killed_during_a_commit() {
     {
         // A checkpoint seals and its commit meets the frozen broker (it may be one already
         // committing when the broker froze); then the broker dies.
-        let _frozen = Frozen::broker();
+        let _frozen = Frozen::broker(&broker);
         let deadline = Instant::now() + Duration::from_secs(30);
         while job::count_in_log(&log, "checkpoint sealed") <= job::count_in_log(&log, "checkpoint committed") {
             assert!(Instant::now() < deadline, "no commit in flight within 30 s of the freeze:\n{}", read(&log));
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(signal_broker(libc::SIGKILL), "the broker died before it was killed");
+        assert!(broker.signal(libc::SIGKILL), "the broker died before it was killed");
     }
     let dead = Instant::now();
-    while broker_pid().is_some() {
+    while broker.pid().is_some() {
         assert!(dead.elapsed() < Duration::from_secs(30), "the killed broker did not exit within 30 s");
         std::thread::sleep(Duration::from_millis(20));
     }
-    broker("start");
+    broker.run("start");
     eprintln!("the broker was down for {:?}", dead.elapsed());
 
     let more = clicks.take(10_000);

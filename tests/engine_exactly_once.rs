@@ -2,7 +2,7 @@
 //! output equals a reference computation exactly, with and without the process being
 //! SIGKILLed at random moments and at every step of the checkpoint protocol.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
@@ -230,6 +230,7 @@ fn produce_while_killing(topic: &str, seed: u64) -> std::thread::JoinHandle<Vec<
 }
 
 #[test]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "needs WEIR_FAULT: build with --features fault-injection, as scripts/test does")]
 fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     let job = job::job_dir("wc-crash");
     topics(&job);

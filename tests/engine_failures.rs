@@ -4,7 +4,7 @@
 //! running job must not hit: a lag gauge that freezes, a second job on the same host,
 //! an input partition that never receives a record.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -406,6 +406,7 @@ fn records_deleted_past_the_checkpoint_stop_the_job_instead_of_being_skipped() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "needs WEIR_FAULT: build with --features fault-injection, as scripts/test does")]
 fn a_panicking_task_fails_the_attempt_at_once_and_names_the_task() {
     let (job, input) = window_count_job("panic", 2_000);
     job.window_count(2, 200, WINDOW_MS as u64, "[restarts]\nmax = 1\nbackoff_initial_ms = 100\n");

@@ -2,8 +2,7 @@
 //! config and a sample record), every bad one fails non-zero with one error
 //! paragraph that names the file.
 
-#[path = "operator_common/mod.rs"]
-mod common;
+use crate::operator_common as common;
 
 use std::path::Path;
 use std::process::{Command, Output};

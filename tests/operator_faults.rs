@@ -2,9 +2,8 @@
 //! configured deadline, and the host keeps working: the same OperatorInstance,
 //! now running a fresh guest, answers the next call.
 
-#[path = "operator_common/mod.rs"]
-mod common;
-mod support;
+use crate::operator_common as common;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -2,8 +2,7 @@
 //! load and process batches correctly through the same host API: WASI imports
 //! satisfied by the empty sandbox, headers and keys carried through.
 
-#[path = "operator_common/mod.rs"]
-mod common;
+use crate::operator_common as common;
 
 use common::{config, load, records};
 use weir::batch::Batch;

@@ -3,8 +3,7 @@
 //! short, another world, an incompatible weir:operator version, too large, too
 //! slow to compile. Compiled code is only taken from a cache nobody else can write.
 
-#[path = "operator_common/mod.rs"]
-mod common;
+use crate::operator_common as common;
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;

@@ -2,8 +2,7 @@
 //! plugin, running batches A then B in one instance gives the same output as
 //! running A, snapshotting, restoring into a new instance and running B there.
 
-#[path = "operator_common/mod.rs"]
-mod common;
+use crate::operator_common as common;
 
 use common::{batch, config, load, records};
 use weir::batch::Batch;

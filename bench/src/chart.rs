@@ -27,7 +27,7 @@ struct Bar {
     values: [f64; 3],
 }
 
-pub fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
+pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(results).with_context(|| format!("reading {}", results.display()))?;
     let rows: Vec<Value> = text.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str).collect::<Result<_, _>>()?;
     let bars = bars(&rows);

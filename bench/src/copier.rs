@@ -14,19 +14,19 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::topics;
 
-pub struct Copier<'a> {
-    pub brokers: &'a str,
-    pub input: &'a str,
-    pub output: &'a str,
-    pub partitions: i32,
+pub(crate) struct Copier<'a> {
+    pub(crate) brokers: &'a str,
+    pub(crate) input: &'a str,
+    pub(crate) output: &'a str,
+    pub(crate) partitions: i32,
     /// Consumer group and transactional.id.
-    pub name: &'a str,
-    pub commit_every: Duration,
+    pub(crate) name: &'a str,
+    pub(crate) commit_every: Duration,
 }
 
 impl Copier<'_> {
     /// Runs until killed.
-    pub fn run(&self) -> anyhow::Result<()> {
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", self.brokers)
             .set("group.id", self.name)

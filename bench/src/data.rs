@@ -9,38 +9,38 @@
 //! a merge that ignored the lagging ones would fire windows early and drop their records.
 
 /// Event time of record 0 (November 2023): in the past, so the broker never rejects it.
-pub const T0: i64 = 1_700_000_000_000;
+pub(crate) const T0: i64 = 1_700_000_000_000;
 /// Records per millisecond of event time: a 10 s window holds 1 M records.
-pub const PER_MS: u64 = 100;
+pub(crate) const PER_MS: u64 = 100;
 /// Key of the flush records; their window never closes, so it never appears in output.
-pub const FLUSH_KEY: &str = "flush";
+pub(crate) const FLUSH_KEY: &str = "flush";
 /// How far after the last record the flush records are: closes every window.
 const FLUSH_AFTER_MS: i64 = 3_600_000;
 /// Event-time lag of partition p behind partition 0 is p times this. Smaller than the
 /// 2 s of event time in a `--quick` input, so the lag crosses a window end even there.
-pub const PARTITION_LAG_MS: i64 = 250;
+pub(crate) const PARTITION_LAG_MS: i64 = 250;
 
 #[derive(Debug, Clone, Copy)]
-pub struct Workload {
-    pub records: u64,
-    pub keys: u32,
-    pub partitions: i32,
-    pub seed: u64,
+pub(crate) struct Workload {
+    pub(crate) records: u64,
+    pub(crate) keys: u32,
+    pub(crate) partitions: i32,
+    pub(crate) seed: u64,
 }
 
 /// One input record, before formatting.
 #[derive(Debug, Clone, Copy)]
-pub struct Rec {
-    pub partition: i32,
-    pub key: u32,
-    pub ts: i64,
-    pub page: u32,
-    pub session: u64,
+pub(crate) struct Rec {
+    pub(crate) partition: i32,
+    pub(crate) key: u32,
+    pub(crate) ts: i64,
+    pub(crate) page: u32,
+    pub(crate) session: u64,
 }
 
 impl Workload {
     /// The N data records in production order (event time non-decreasing on each partition).
-    pub fn records(&self) -> impl Iterator<Item = Rec> + use<> {
+    pub(crate) fn records(&self) -> impl Iterator<Item = Rec> + use<> {
         let (keys, partitions) = (self.keys as u64, self.partitions as u64);
         let mut rng = SplitMix64(self.seed);
         (0..self.records).map(move |i| {
@@ -57,24 +57,24 @@ impl Workload {
     }
 
     /// Event time of the flush records.
-    pub fn flush_ts(&self) -> i64 {
+    pub(crate) fn flush_ts(&self) -> i64 {
         T0 + (self.records / PER_MS) as i64 + FLUSH_AFTER_MS
     }
 }
 
-pub fn key(index: u32) -> String {
+pub(crate) fn key(index: u32) -> String {
     format!("user-{index:06}")
 }
 
 /// About 100 bytes of JSON.
-pub fn value(rec: &Rec) -> String {
+pub(crate) fn value(rec: &Rec) -> String {
     format!(
         "{{\"user\":\"user-{:06}\",\"page\":\"/products/{:05}\",\"action\":\"click\",\"ts\":{},\"session\":\"{:016x}\"}}",
         rec.key, rec.page, rec.ts, rec.session
     )
 }
 
-pub fn flush_value(partition: i32) -> String {
+pub(crate) fn flush_value(partition: i32) -> String {
     format!("{{\"flush\":true,\"partition\":{partition}}}")
 }
 

@@ -12,13 +12,13 @@ use rdkafka::types::RDKafkaErrorCode;
 use crate::data::{self, Workload};
 use crate::topics;
 
-pub struct Report {
-    pub records: u64,
-    pub seconds: f64,
-    pub bytes: u64,
+pub(crate) struct Report {
+    pub(crate) records: u64,
+    pub(crate) seconds: f64,
+    pub(crate) bytes: u64,
 }
 
-pub fn run(brokers: &str, topic: &str, workload: &Workload) -> anyhow::Result<Report> {
+pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload) -> anyhow::Result<Report> {
     topics::create(brokers, topic, workload.partitions)?;
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)

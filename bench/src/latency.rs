@@ -183,47 +183,47 @@ fn window_end(value: &[u8]) -> Option<i64> {
     rest[..rest.find(|c: char| !c.is_ascii_digit())?].parse().ok()
 }
 
-pub struct Spec<'a> {
-    pub system: &'a str,
-    pub brokers: &'a str,
-    pub input: &'a str,
-    pub output: &'a str,
-    pub workload: Workload,
-    pub rate: u64,
-    pub warmup: Duration,
-    pub checkpoint_ms: u64,
+pub(crate) struct Spec<'a> {
+    pub(crate) system: &'a str,
+    pub(crate) brokers: &'a str,
+    pub(crate) input: &'a str,
+    pub(crate) output: &'a str,
+    pub(crate) workload: Workload,
+    pub(crate) rate: u64,
+    pub(crate) warmup: Duration,
+    pub(crate) checkpoint_ms: u64,
     /// The job's window size.
-    pub window_ms: i64,
+    pub(crate) window_ms: i64,
     /// Event time minus wall-clock time: sets where window ends fall between checkpoints.
-    pub offset_ms: i64,
+    pub(crate) offset_ms: i64,
     /// Which of the phases this is (only recorded).
-    pub run: u32,
-    pub log: &'a std::path::Path,
-    pub command: &'a [String],
+    pub(crate) run: u32,
+    pub(crate) log: &'a std::path::Path,
+    pub(crate) command: &'a [String],
 }
 
 #[derive(Debug, serde::Serialize)]
-pub struct Outcome {
-    pub system: String,
-    pub kind: &'static str,
-    pub checkpoint_ms: u64,
-    pub window_ms: i64,
-    pub offset_ms: i64,
-    pub run: u32,
-    pub rate: u64,
-    pub achieved_rate: f64,
-    pub samples: usize,
-    pub p50_ms: Option<i64>,
-    pub p99_ms: Option<i64>,
-    pub max_ms: Option<i64>,
-    pub correct: bool,
-    pub diff: Diff,
-    pub note: String,
+pub(crate) struct Outcome {
+    pub(crate) system: String,
+    pub(crate) kind: &'static str,
+    pub(crate) checkpoint_ms: u64,
+    pub(crate) window_ms: i64,
+    pub(crate) offset_ms: i64,
+    pub(crate) run: u32,
+    pub(crate) rate: u64,
+    pub(crate) achieved_rate: f64,
+    pub(crate) samples: usize,
+    pub(crate) p50_ms: Option<i64>,
+    pub(crate) p99_ms: Option<i64>,
+    pub(crate) max_ms: Option<i64>,
+    pub(crate) correct: bool,
+    pub(crate) diff: Diff,
+    pub(crate) note: String,
 }
 
 /// Creates the topics, starts the system, lets it warm up, then produces at `rate` while
 /// watching the output; stops the system, checks its whole output and returns the figures.
-pub fn run(spec: &Spec<'_>) -> anyhow::Result<Outcome> {
+pub(crate) fn run(spec: &Spec<'_>) -> anyhow::Result<Outcome> {
     topics::create(spec.brokers, spec.input, spec.workload.partitions)?;
     topics::create(spec.brokers, spec.output, spec.workload.partitions)?;
     let mut child = crate::measure::start_group(spec.command, spec.log)?;

@@ -19,37 +19,37 @@ use crate::procs::{self, Usage};
 use crate::reference::{self, Diff, Kind};
 use crate::topics;
 
-pub struct Spec<'a> {
-    pub system: &'a str,
-    pub kind: Kind,
-    pub brokers: &'a str,
-    pub input: &'a str,
-    pub output: &'a str,
+pub(crate) struct Spec<'a> {
+    pub(crate) system: &'a str,
+    pub(crate) kind: Kind,
+    pub(crate) brokers: &'a str,
+    pub(crate) input: &'a str,
+    pub(crate) output: &'a str,
     /// The system's consumer group: for `copy`, completion = its committed offsets reach
     /// the input's end (they commit in the same transaction as the output).
-    pub group: &'a str,
-    pub workload: Workload,
-    pub timeout: Duration,
-    pub log: &'a std::path::Path,
-    pub command: &'a [String],
+    pub(crate) group: &'a str,
+    pub(crate) workload: Workload,
+    pub(crate) timeout: Duration,
+    pub(crate) log: &'a std::path::Path,
+    pub(crate) command: &'a [String],
 }
 
 #[derive(Debug, serde::Serialize)]
-pub struct Outcome {
-    pub system: String,
-    pub kind: Kind,
-    pub records: u64,
-    pub seconds: f64,
-    pub records_per_s: f64,
-    pub cpu_s: f64,
-    pub records_per_cpu_s: f64,
-    pub peak_rss_mib: f64,
-    pub correct: bool,
-    pub diff: Diff,
-    pub note: String,
+pub(crate) struct Outcome {
+    pub(crate) system: String,
+    pub(crate) kind: Kind,
+    pub(crate) records: u64,
+    pub(crate) seconds: f64,
+    pub(crate) records_per_s: f64,
+    pub(crate) cpu_s: f64,
+    pub(crate) records_per_cpu_s: f64,
+    pub(crate) peak_rss_mib: f64,
+    pub(crate) correct: bool,
+    pub(crate) diff: Diff,
+    pub(crate) note: String,
 }
 
-pub fn run(spec: &Spec<'_>) -> anyhow::Result<Outcome> {
+pub(crate) fn run(spec: &Spec<'_>) -> anyhow::Result<Outcome> {
     let expected = reference::expected(spec.kind, &spec.workload);
     topics::create(spec.brokers, spec.output, spec.workload.partitions)?;
     let watcher = topics::consumer(spec.brokers, &format!("weir-bench-watch-{}", spec.output))?;
@@ -170,7 +170,7 @@ fn wait_complete(
 
 /// Starts `command` in a process group of its own (so `stop_group` reaches whatever it
 /// starts), its stdout and stderr going to `log`.
-pub fn start_group(command: &[String], log: &std::path::Path) -> anyhow::Result<Child> {
+pub(crate) fn start_group(command: &[String], log: &std::path::Path) -> anyhow::Result<Child> {
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let (program, args) = command.split_first().context("no command to run")?;
     Command::new(program)
@@ -184,7 +184,7 @@ pub fn start_group(command: &[String], log: &std::path::Path) -> anyhow::Result<
 }
 
 /// SIGTERM to the process group, SIGKILL after 20 s.
-pub fn stop_group(child: &mut Child, pid: i32) {
+pub(crate) fn stop_group(child: &mut Child, pid: i32) {
     // SAFETY: kill(2) on the process group we created.
     unsafe { libc::kill(-pid, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -204,7 +204,7 @@ pub fn stop_group(child: &mut Child, pid: i32) {
 
 /// Every committed record of `topic`, as sorted digests: reads until each partition
 /// reports its end and nothing more arrives for a second.
-pub fn read_all(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<Vec<u128>> {
+pub(crate) fn read_all(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<Vec<u128>> {
     let consumer = topics::consumer(brokers, &format!("weir-bench-check-{topic}"))?;
     assign_all(&consumer, topic, partitions)?;
     let mut at_end = vec![false; partitions as usize];
@@ -233,7 +233,7 @@ pub fn read_all(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<V
 
 /// librdkafka reports connection hiccups (e.g. an idle connection the broker closed) as
 /// consumption errors and then recovers by itself: tolerate a bounded number of them.
-pub fn transient(errors: &mut u32, e: &KafkaError, topic: &str) -> anyhow::Result<()> {
+pub(crate) fn transient(errors: &mut u32, e: &KafkaError, topic: &str) -> anyhow::Result<()> {
     const MAX_ERRORS: u32 = 100;
     *errors += 1;
     eprintln!("weir-bench: reading {topic}: {e} (retrying)");

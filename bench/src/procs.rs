@@ -5,14 +5,14 @@ use std::collections::HashMap;
 use std::fs;
 
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
-    pub cpu_s: f64,
-    pub rss_bytes: u64,
-    pub hwm_bytes: u64,
+pub(crate) struct Usage {
+    pub(crate) cpu_s: f64,
+    pub(crate) rss_bytes: u64,
+    pub(crate) hwm_bytes: u64,
 }
 
 /// The tree rooted at `root`, now. Processes that vanish mid-read are skipped.
-pub fn sample(root: i32) -> Usage {
+pub(crate) fn sample(root: i32) -> Usage {
     let tick = ticks_per_second();
     let mut usage = Usage::default();
     for pid in tree(root) {

@@ -11,16 +11,16 @@ use crate::data::{self, Workload};
 /// Which job's output to expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// 10 s tumbling count per key (`plugins/window-count`).
     WindowCount,
     /// Input copied unchanged (the transactional copier).
     Copy,
 }
 
-pub const WINDOW_MS: i64 = 10_000;
+pub(crate) const WINDOW_MS: i64 = 10_000;
 
-pub fn digest(key: &[u8], value: &[u8]) -> u128 {
+pub(crate) fn digest(key: &[u8], value: &[u8]) -> u128 {
     let mut h = Sha256::new();
     h.update((key.len() as u32).to_le_bytes());
     h.update(key);
@@ -29,7 +29,7 @@ pub fn digest(key: &[u8], value: &[u8]) -> u128 {
 }
 
 /// The sorted digests of the expected output.
-pub fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
+pub(crate) fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
     match kind {
         Kind::Copy => {
             let mut out: Vec<u128> = workload
@@ -54,22 +54,22 @@ pub fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
 
 /// Counts per (key, tumbling window) as `plugins/window-count` computes them when no
 /// record is late, and the digests of the records it writes for them.
-pub struct WindowCounts {
+pub(crate) struct WindowCounts {
     window_ms: i64,
     counts: HashMap<(u32, i64), u64>,
 }
 
 impl WindowCounts {
-    pub fn new(window_ms: i64) -> Self {
+    pub(crate) fn new(window_ms: i64) -> Self {
         Self { window_ms, counts: HashMap::new() }
     }
 
-    pub fn add(&mut self, key: u32, ts: i64) {
+    pub(crate) fn add(&mut self, key: u32, ts: i64) {
         *self.counts.entry((key, ts.div_euclid(self.window_ms) * self.window_ms)).or_default() += 1;
     }
 
     /// The sorted digests of the output records.
-    pub fn digests(&self) -> Vec<u128> {
+    pub(crate) fn digests(&self) -> Vec<u128> {
         let mut out: Vec<u128> = self
             .counts
             .iter()
@@ -89,21 +89,21 @@ impl WindowCounts {
 
 /// How an output differs from the expected multiset.
 #[derive(Debug, Default, serde::Serialize)]
-pub struct Diff {
-    pub expected: usize,
-    pub observed: usize,
-    pub missing: usize,
-    pub unexpected: usize,
+pub(crate) struct Diff {
+    pub(crate) expected: usize,
+    pub(crate) observed: usize,
+    pub(crate) missing: usize,
+    pub(crate) unexpected: usize,
 }
 
 impl Diff {
-    pub fn exact(&self) -> bool {
+    pub(crate) fn exact(&self) -> bool {
         self.missing == 0 && self.unexpected == 0
     }
 }
 
 /// Both sorted.
-pub fn compare(expected: &[u128], observed: &[u128]) -> Diff {
+pub(crate) fn compare(expected: &[u128], observed: &[u128]) -> Diff {
     let mut diff = Diff { expected: expected.len(), observed: observed.len(), ..Diff::default() };
     let (mut i, mut j) = (0, 0);
     while i < expected.len() || j < observed.len() {

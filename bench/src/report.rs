@@ -11,7 +11,7 @@ use serde_json::Value;
 const START: &str = "<!-- weir-bench:start -->";
 const END: &str = "<!-- weir-bench:end -->";
 
-pub fn append(path: &Path, line: &Value) -> anyhow::Result<()> {
+pub(crate) fn append(path: &Path, line: &Value) -> anyhow::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -33,7 +33,7 @@ fn label(system: &str) -> &str {
     }
 }
 
-pub fn write(results: &Path, markdown: &Path, context: &str) -> anyhow::Result<()> {
+pub(crate) fn write(results: &Path, markdown: &Path, context: &str) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(results).with_context(|| format!("reading {}", results.display()))?;
     let rows: Vec<Value> = text.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str).collect::<Result<_, _>>()?;
     let mut s = format!("{START}\n");

@@ -9,7 +9,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-pub const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 fn admin(brokers: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
     ClientConfig::new().set("bootstrap.servers", brokers).create().with_context(|| format!("connecting to {brokers}"))
@@ -19,7 +19,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-pub fn create(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+pub(crate) fn create(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
     let admin = admin(brokers)?;
     let new = [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))];
     let results = runtime()?
@@ -31,7 +31,7 @@ pub fn create(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()>
     Ok(())
 }
 
-pub fn delete(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
+pub(crate) fn delete(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
     let admin = admin(brokers)?;
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let results = runtime()?.block_on(admin.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(WAIT))))?;
@@ -43,7 +43,7 @@ pub fn delete(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn consumer(brokers: &str, group: &str) -> anyhow::Result<BaseConsumer> {
+pub(crate) fn consumer(brokers: &str, group: &str) -> anyhow::Result<BaseConsumer> {
     ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
@@ -59,14 +59,14 @@ pub fn consumer(brokers: &str, group: &str) -> anyhow::Result<BaseConsumer> {
 
 /// High watermark of each partition (the input is written without transactions, so this
 /// is its record count per partition).
-pub fn end_offsets(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<i64>> {
+pub(crate) fn end_offsets(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<i64>> {
     (0..partitions)
         .map(|p| Ok(consumer.fetch_watermarks(topic, p, WAIT).with_context(|| format!("end offset of {topic}/{p}"))?.1))
         .collect()
 }
 
 /// The offsets `group` committed on `topic` (-1 where none).
-pub fn committed(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<i64>> {
+pub(crate) fn committed(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<i64>> {
     let mut list = TopicPartitionList::new();
     for p in 0..partitions {
         list.add_partition(topic, p);

@@ -69,6 +69,8 @@
 //! # Ok::<(), Error>(())
 //! ```
 
+#![deny(missing_docs)]
+
 mod config;
 mod emit;
 mod error;

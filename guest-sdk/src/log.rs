@@ -8,10 +8,15 @@ use std::fmt;
 /// How much a log line matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Level {
+    /// Step-by-step detail, off unless the host asks for it.
     Trace,
+    /// Detail for whoever debugs the operator.
     Debug,
+    /// What the operator does, in normal operation.
     Info,
+    /// Something unexpected that the operator handled.
     Warn,
+    /// Something that failed.
     Error,
 }
 

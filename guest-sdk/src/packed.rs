@@ -9,8 +9,11 @@ use crate::record::Record;
 /// of offsets per record, and the rare headers apart.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
+    /// Every key and value, back to back.
     pub data: Vec<u8>,
+    /// One per record, in order.
     pub entries: Vec<Entry>,
+    /// Headers of any record, each naming its record's index.
     pub headers: Vec<Header>,
 }
 
@@ -19,9 +22,13 @@ pub struct Batch {
 pub struct Entry {
     /// False for a record without a key (then the key offset and length are 0).
     pub has_key: bool,
+    /// Where the key starts in `data`.
     pub key_offset: u32,
+    /// The key's length in bytes.
     pub key_len: u32,
+    /// Where the value starts in `data`.
     pub value_offset: u32,
+    /// The value's length in bytes.
     pub value_len: u32,
     /// Event time, epoch milliseconds.
     pub timestamp: i64,
@@ -30,8 +37,11 @@ pub struct Entry {
 /// A header of the record at index `entry` of its batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// The index of the record it belongs to.
     pub entry: u32,
+    /// The header's name.
     pub name: String,
+    /// The header's value.
     pub value: Vec<u8>,
 }
 

@@ -11,6 +11,7 @@ use crate::packed::{Batch, Entry, Header};
 pub struct Record<'a> {
     /// The Kafka key, `None` for a record without one.
     pub key: Option<&'a [u8]>,
+    /// The Kafka value.
     pub value: &'a [u8],
     /// Event time, epoch milliseconds.
     pub timestamp: i64,

@@ -43,9 +43,13 @@ pub struct Runner<O: Operator> {
 /// An emitted record, owned: what [`Runner::process_records`] returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedRecord {
+    /// The Kafka key, `None` for a record without one.
     pub key: Option<Vec<u8>>,
+    /// The Kafka value.
     pub value: Vec<u8>,
+    /// Event time, epoch milliseconds.
     pub timestamp: i64,
+    /// Name and value of each header, in order.
     pub headers: Vec<(String, Vec<u8>)>,
 }
 

@@ -316,10 +316,6 @@ impl Job {
 }
 
 impl Source {
-    pub fn max_out_of_orderness(&self) -> Duration {
-        Duration::from_millis(self.max_out_of_orderness_ms)
-    }
-
     pub fn idle_timeout(&self) -> Option<Duration> {
         self.idle_timeout_ms.map(Duration::from_millis)
     }

@@ -1,10 +1,12 @@
 //! weir: exactly-once stream processing from Kafka through WebAssembly operators to
 //! Kafka. The modules follow the data path: `job` describes it, `source` reads Kafka,
-//! `operator` runs plugins, `sink` writes Kafka, `checkpoint` makes it exactly-once,
-//! and `engine` wires them into tasks and keeps the job running.
+//! `operator` runs plugins, `sink` writes Kafka, `checkpoint` keeps state durable, and
+//! `engine` wires them into tasks, drives checkpoints and keeps the job running. The
+//! words the tasks exchange live in `dataflow`, below all of them (ARCHITECTURE.md).
 
 pub mod batch;
 pub mod checkpoint;
+mod dataflow;
 pub mod engine;
 pub mod job;
 pub mod kafka_config;

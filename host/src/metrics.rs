@@ -350,11 +350,6 @@ impl MetricsServer {
     }
 }
 
-/// Binds `addr` and answers `GET /metrics` with `metrics` until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: Metrics) -> io::Result<()> {
-    MetricsServer::bind(addr, metrics).await?.run().await
-}
-
 fn is_transient(e: &io::Error) -> bool {
     matches!(
         e.kind(),
@@ -532,9 +527,9 @@ mod tests {
     async fn bind_failure_names_the_address() {
         let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = taken.local_addr().unwrap();
-        let error = serve(addr, Metrics::new())
-            .await
-            .expect_err("the port is taken");
+        let Err(error) = MetricsServer::bind(addr, Metrics::new()).await else {
+            panic!("the port is taken");
+        };
         let message = error.to_string();
         assert!(message.contains(&addr.to_string()), "{message}");
         assert!(message.contains("--metrics-addr"), "{message}");

@@ -2,7 +2,6 @@
 //! a runtime whose compiled-code cache persists between test runs, and small
 //! builders for batches. A missing plugin fails the test; it never skips.
 
-#![allow(dead_code, reason = "each test file uses a different subset")]
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -1,7 +1,6 @@
 //! A click stream with a known answer: keyed records with event times non-decreasing
 //! per partition, the flush records that close every window, and the exact output
 //! the window-count plugin must commit for them.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,5 @@
 //! Runs the `weir` binary on a job in a temporary directory, the way a user would,
 //! and gives the tests what they need to kill, restart and stop it.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -1,6 +1,5 @@
 //! What the integration tests share: where the broker is, fresh topics, and reading a
 //! topic back to its end under either isolation level. Every wait has a deadline.
-#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
@@ -11,14 +10,18 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+pub mod broker;
 pub mod clicks;
 pub mod job;
 
 pub const WAIT: Duration = Duration::from_secs(30);
 
-/// The broker the tests run against: `scripts/kafka/kafka start` puts one on 9092.
+/// The broker the tests run against: `scripts/kafka/kafka start` puts one on 9092; a
+/// test that holds a `broker::PrivateBroker` runs against that one instead.
 pub fn brokers() -> String {
-    std::env::var("WEIR_TEST_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
+    broker::private()
+        .or_else(|| std::env::var("WEIR_TEST_BROKERS").ok())
+        .unwrap_or_else(|| "127.0.0.1:9092".to_string())
 }
 
 /// A name no earlier run used, so tests never see each other's records.

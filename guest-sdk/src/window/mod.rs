@@ -17,6 +17,7 @@ pub use tumbling::TumblingWindows;
 /// An event-time interval `[start, end)` in epoch milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Window {
+    /// Inclusive: the first millisecond in the window.
     pub start: i64,
     /// Exclusive: the window is complete once the watermark reaches `end`.
     pub end: i64,

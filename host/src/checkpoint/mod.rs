@@ -1,12 +1,8 @@
-//! Checkpoints: the barrier protocol's control and durable side. The coordinator
-//! drives barrier N to a Kafka commit; `store` keeps every task's snapshot of N in the
-//! job's `state_dir`; `recovery` finds the last committed N on every start; `watchdog`
-//! ends a process whose commit hangs in librdkafka.
+//! Checkpoints' durable side. `store` keeps every task's entry of checkpoint N in the
+//! job's `state_dir` (RocksDB, sealed with a synced write); `layout` owns what those
+//! entries and the job shape mean, in every format ever written; `recovery` reads which
+//! N Kafka's committed offsets name. Nothing here drives the protocol: the engine does.
 
-pub mod coordinator;
-pub mod fault;
+pub mod layout;
 pub mod recovery;
 pub mod store;
-pub mod watchdog;
-
-pub use coordinator::Event;

@@ -8,15 +8,16 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-const METADATA_PREFIX: &str = "weir:ckpt=";
+use super::layout;
+
 
 /// Where the job resumes.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Resume {
+pub(crate) struct Resume {
     /// The last committed checkpoint; `None` on a fresh start.
-    pub checkpoint: Option<u64>,
+    pub(crate) checkpoint: Option<u64>,
     /// The next offset to read of each partition that has one committed.
-    pub offsets: BTreeMap<i32, i64>,
+    pub(crate) offsets: BTreeMap<i32, i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +41,7 @@ pub enum RecoveryError {
 }
 
 /// The partitions of `topic`, in order.
-pub fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<i32>, RecoveryError> {
+pub(crate) fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<i32>, RecoveryError> {
     let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| RecoveryError::Unreachable {
         brokers: brokers.to_string(),
         topic: topic.to_string(),
@@ -60,7 +61,7 @@ pub fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: 
 
 /// Reads the job's committed offsets (stable: a pending transaction's offsets are
 /// waited for, never read half-done) and the checkpoint they name.
-pub fn committed(consumer: &BaseConsumer, group: &str, topic: &str, partitions: &[i32], timeout: Duration) -> Result<Resume, RecoveryError> {
+pub(crate) fn committed(consumer: &BaseConsumer, group: &str, topic: &str, partitions: &[i32], timeout: Duration) -> Result<Resume, RecoveryError> {
     let mut query = TopicPartitionList::new();
     for &partition in partitions {
         query.add_partition(topic, partition);
@@ -73,7 +74,7 @@ pub fn committed(consumer: &BaseConsumer, group: &str, topic: &str, partitions: 
     for element in answer.elements() {
         let Offset::Offset(offset) = element.offset() else { continue };
         let metadata = element.metadata();
-        let Some(n) = metadata.strip_prefix(METADATA_PREFIX).and_then(|n| n.parse::<u64>().ok()) else {
+        let Some(n) = layout::parse_offset_metadata(metadata) else {
             return Err(RecoveryError::Foreign {
                 group: group.to_string(),
                 topic: topic.to_string(),

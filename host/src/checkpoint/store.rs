@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The checkpoint id is big-endian so that keys sort by checkpoint and a range delete removes
-//! whole checkpoints; the manifest sorts before its entries, so `sealed` finds it with one seek
+//! whole checkpoints; the manifest sorts before its entries, so `load` reads it with one seek
 //! per checkpoint. A framed value is `crc32c:u32le len:u64le payload`, the checksum covering the
 //! key, the length and the payload, so a truncated value, a flipped bit or a value stored under
 //! the wrong key all fail verification.
@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rocksdb::{DB, DBCompressionType, ErrorKind, Options, ReadOptions, WriteBatch, WriteOptions};
+use rocksdb::{DB, DBCompressionType, ErrorKind, Options, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
 
 /// Largest snapshot of one task. Bigger state belongs in keyed state, not in one blob that is
@@ -60,7 +60,7 @@ pub enum StoreError {
 
     #[error(
         "{dir} cannot be opened as a weir checkpoint store: {detail}. If it is this job's \
-         state_dir, restore it from a backup or from a copy made by `copy_to`; otherwise point \
+         state_dir, restore it from a backup; otherwise point \
          state_dir at a new or empty directory",
         dir = .dir.display()
     )]
@@ -117,17 +117,6 @@ pub enum StoreError {
         dir: PathBuf,
         what: &'static str,
         name: String,
-        reason: String,
-    },
-
-    #[error(
-        "cannot copy checkpoint store {dir} to {dest}: {reason}",
-        dir = .dir.display(),
-        dest = .dest.display()
-    )]
-    CopyTarget {
-        dir: PathBuf,
-        dest: PathBuf,
         reason: String,
     },
 
@@ -528,63 +517,6 @@ impl CheckpointStore {
         Ok(())
     }
 
-    /// This job's sealed checkpoint ids, ascending.
-    pub fn sealed(&self) -> Result<Vec<u64>, StoreError> {
-        let mut read = ReadOptions::default();
-        read.set_iterate_upper_bound(self.job_end());
-        read.fill_cache(false);
-        let mut iter = self.db.raw_iterator_opt(read);
-        let mut sealed = Vec::new();
-        iter.seek(self.checkpoint_start(0));
-        while let Some(key) = iter.key() {
-            let Some((n, kind)) = self.parse_key(key) else {
-                return Err(StoreError::Unreadable {
-                    dir: self.dir.clone(),
-                    detail: format!("key {key:02x?} of job `{}` has no checkpoint id", self.job),
-                });
-            };
-            // The manifest sorts first among a checkpoint's keys: no manifest, not sealed.
-            if kind == KIND_MANIFEST {
-                sealed.push(n);
-            }
-            match n.checked_add(1) {
-                Some(next) => iter.seek(self.checkpoint_start(next)),
-                None => break,
-            }
-        }
-        iter.status()
-            .map_err(|source| self.rocks("listing sealed checkpoints".to_owned(), source))?;
-        Ok(sealed)
-    }
-
-    /// Writes a consistent copy of the whole store (every job in it) to `dest`, which must not
-    /// exist yet; its parent must. Uses RocksDB's checkpoint API: SST files are hard-linked when
-    /// `dest` is on the same filesystem. Hands a job over to another instance.
-    pub fn copy_to(&self, dest: &Path) -> Result<(), StoreError> {
-        let reason = |reason: &str| StoreError::CopyTarget {
-            dir: self.dir.clone(),
-            dest: dest.to_owned(),
-            reason: reason.to_owned(),
-        };
-        if dest.exists() {
-            return Err(reason(
-                "it already exists; give a path that does not exist yet",
-            ));
-        }
-        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.is_dir() {
-                return Err(reason(
-                    "its parent directory does not exist; create it first",
-                ));
-            }
-        }
-        let checkpoint = rocksdb::checkpoint::Checkpoint::new(&self.db)
-            .map_err(|source| self.rocks(format!("copying to {}", dest.display()), source))?;
-        checkpoint
-            .create_checkpoint(dest)
-            .map_err(|source| self.rocks(format!("copying to {}", dest.display()), source))
-    }
-
     /// Accepts a store that carries our marker, adopts an empty one, refuses anything else.
     fn check_format(&self) -> Result<(), StoreError> {
         let unreadable = |detail: String| StoreError::Unreadable {
@@ -657,12 +589,6 @@ impl CheckpointStore {
         let mut key = self.prefix.clone();
         key.extend_from_slice(&[0xff; 9]);
         key
-    }
-
-    fn parse_key(&self, key: &[u8]) -> Option<(u64, u8)> {
-        let rest = key.strip_prefix(self.prefix.as_slice())?;
-        let id: [u8; 8] = rest.get(..8)?.try_into().ok()?;
-        Some((u64::from_be_bytes(id), *rest.get(8)?))
     }
 
     fn rocks(&self, action: String, source: rocksdb::Error) -> StoreError {

@@ -14,7 +14,7 @@ use weir::operator::{
 };
 
 #[derive(Args)]
-pub struct CheckArgs {
+pub(super) struct CheckArgs {
     /// The plugin: a WebAssembly component exporting the weir:operator world.
     plugin: PathBuf,
     /// Linear memory cap of each instance, in MiB.
@@ -59,7 +59,7 @@ pub struct CheckArgs {
     no_init: bool,
 }
 
-pub fn run(args: CheckArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
     let limits = Limits {
         memory_bytes: usize::try_from(args.memory_limit_mb << 20)
             .context("--memory-limit-mb is too large for this machine")?,

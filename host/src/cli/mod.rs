@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
     version,
     about = "Exactly-once stream processing from Kafka through WebAssembly operators to Kafka"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -27,7 +27,7 @@ enum Command {
 }
 
 impl Cli {
-    pub fn run(self) -> anyhow::Result<()> {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Check(args) => check::run(args),
             Command::Run(args) => run::run(args),

@@ -15,7 +15,7 @@ use weir::metrics::{Metrics, MetricsServer};
 use weir::operator::{LoadLimits, Plugin, Runtime, RuntimeConfig};
 
 #[derive(Args)]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// The job file (TOML); see the README for its keys.
     job: PathBuf,
     /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one. An
@@ -29,7 +29,7 @@ pub struct RunArgs {
 const DEFAULT_METRICS_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9464);
 
-pub fn run(args: RunArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     let job = weir::job::load(&args.job)?;
     let runtime =
         Runtime::new(RuntimeConfig::default()).context("cannot start the WebAssembly runtime")?;

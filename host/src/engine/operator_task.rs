@@ -8,55 +8,36 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
-use crate::checkpoint::Event;
-use crate::checkpoint::fault::{self, Step};
-use crate::engine::message::{DeadLetter, Message, Origin, Records};
-use crate::engine::route::subtask_for;
-use crate::engine::TaskFailure;
+use crate::checkpoint::layout::{self, TaskId};
+use crate::dataflow::{DeadLetter, Event, Message, Origin, Records, TaskFailure, subtask_for};
 use crate::metrics::{Counter, OperatorMetrics};
 use crate::operator::OperatorInstance;
 
-pub struct OperatorTask {
+use super::fault::{self, Step};
+
+pub(super) struct OperatorTask {
     /// The operator's name in the job and its position in the chain.
-    pub name: String,
-    pub stage: usize,
-    pub subtask: usize,
-    pub instance: OperatorInstance,
+    pub(super) name: String,
+    pub(super) stage: u32,
+    pub(super) subtask: u32,
+    pub(super) instance: OperatorInstance,
     /// Event time this subtask has reached (restored from the checkpoint).
-    pub watermark: i64,
-    pub inputs: Vec<Receiver<Message>>,
+    pub(super) watermark: i64,
+    pub(super) inputs: Vec<Receiver<Message>>,
     /// One sender per downstream subtask when `key_by_next`, else exactly one.
-    pub outputs: Vec<Sender<Message>>,
-    pub key_by_next: bool,
-    pub events: Sender<Event>,
+    pub(super) outputs: Vec<Sender<Message>>,
+    pub(super) key_by_next: bool,
+    pub(super) events: Sender<Event>,
     /// Input records that crashed this job before: processed one at a time.
-    pub suspects: Arc<HashSet<Origin>>,
-    pub dead_letters: bool,
-    pub source_topic: String,
-    pub metrics: OperatorMetrics,
-    pub dead_letter_count: Counter,
-}
-
-/// How a snapshot entry is laid out: the subtask's watermark, then the guest's bytes.
-pub fn encode_state(watermark: i64, guest: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(8 + guest.len());
-    bytes.extend_from_slice(&watermark.to_le_bytes());
-    bytes.extend_from_slice(guest);
-    bytes
-}
-
-pub fn decode_state(bytes: &[u8]) -> Option<(i64, &[u8])> {
-    let (watermark, guest) = bytes.split_first_chunk::<8>()?;
-    Some((i64::from_le_bytes(*watermark), guest))
-}
-
-/// The checkpoint store's name for a subtask of the operator at `stage`.
-pub fn task_name(stage: usize, subtask: usize) -> String {
-    format!("op/{stage}/{subtask}")
+    pub(super) suspects: Arc<HashSet<Origin>>,
+    pub(super) dead_letters: bool,
+    pub(super) source_topic: String,
+    pub(super) metrics: OperatorMetrics,
+    pub(super) dead_letter_count: Counter,
 }
 
 impl OperatorTask {
-    pub fn run(mut self) -> Result<(), TaskFailure> {
+    pub(super) fn run(mut self) -> Result<(), TaskFailure> {
         let inputs = std::mem::take(&mut self.inputs);
         let mut aligned = vec![false; inputs.len()];
         // `None`: the input is idle and holds nothing back.
@@ -179,8 +160,8 @@ impl OperatorTask {
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         fault::point(Step::PanicInOperator, n);
         let guest = self.instance.snapshot().map_err(TaskFailure::operator)?;
-        let bytes = encode_state(self.watermark, &guest);
-        let task = task_name(self.stage, self.subtask);
+        let bytes = layout::encode_operator(self.watermark, &guest);
+        let task = TaskId::Operator { stage: self.stage, subtask: self.subtask };
         self.events
             .send(Event::State { n, task, bytes, offsets: None })
             .map_err(|_| TaskFailure::Stopped)?;

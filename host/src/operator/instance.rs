@@ -188,14 +188,6 @@ impl OperatorInstance {
         })
     }
 
-    pub fn id(&self) -> &OperatorId {
-        &self.id
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
     /// Counts the guest output the log rate limit drops in `metrics` from now on.
     pub fn count_log_drops(&mut self, metrics: PluginLogMetrics) {
         self.log.count_drops(metrics);

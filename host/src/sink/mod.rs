@@ -15,9 +15,8 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::batch::{Batch, RecordRef};
-use crate::checkpoint::Event;
-use crate::engine::TaskFailure;
-use crate::engine::message::{DeadLetter, Message};
+use crate::checkpoint::layout;
+use crate::dataflow::{DeadLetter, Event, Message, TaskFailure};
 
 pub mod config;
 
@@ -26,19 +25,19 @@ const TXN_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest `Sink::commit` takes when librdkafka keeps to its timeouts: weir's
 /// flush, the offsets, rdkafka's own flush (nothing left by then) and the commit, each
 /// within `TXN_TIMEOUT`; the next begin is local.
-pub const COMMIT_BOUND: Duration = Duration::from_secs(4 * TXN_TIMEOUT.as_secs());
+pub(crate) const COMMIT_BOUND: Duration = Duration::from_secs(4 * TXN_TIMEOUT.as_secs());
 /// How long a full producer queue may refuse records before the attempt is failed.
 const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delivery {
+pub(crate) enum Delivery {
     ExactlyOnce,
     AtLeastOnce,
 }
 
 /// Counts deliveries that failed, so an at-least-once commit never covers a lost record.
 #[derive(Default)]
-pub struct SinkContext {
+pub(crate) struct SinkContext {
     failed: AtomicU64,
     first_failure: Mutex<Option<String>>,
 }
@@ -57,16 +56,16 @@ impl ProducerContext for SinkContext {
     }
 }
 
-pub struct SinkConfig<'a> {
-    pub job: &'a str,
-    pub brokers: &'a str,
-    pub topic: &'a str,
-    pub dead_letter_topic: Option<&'a str>,
-    pub delivery: Delivery,
-    pub extra: &'a BTreeMap<String, String>,
+pub(crate) struct SinkConfig<'a> {
+    pub(crate) job: &'a str,
+    pub(crate) brokers: &'a str,
+    pub(crate) topic: &'a str,
+    pub(crate) dead_letter_topic: Option<&'a str>,
+    pub(crate) delivery: Delivery,
+    pub(crate) extra: &'a BTreeMap<String, String>,
 }
 
-pub struct Sink {
+pub(crate) struct Sink {
     job: String,
     producer: ThreadedProducer<SinkContext>,
     delivery: Delivery,
@@ -78,7 +77,7 @@ pub struct Sink {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SinkError {
+pub(crate) enum SinkError {
     #[error("another weir instance with transactional.id `{job}` took over the job and fenced this one: {source}")]
     Fenced { job: String, source: KafkaError },
     #[error("Kafka sink for topic {topic}: {doing}: {source}")]
@@ -89,9 +88,14 @@ pub enum SinkError {
     QueueFull { topic: String },
 }
 
-impl SinkError {
-    pub fn is_fenced(&self) -> bool {
-        matches!(self, SinkError::Fenced { .. })
+/// Fencing is the one sink failure a restart cannot cure: restarting would fence the
+/// instance that took over.
+impl From<SinkError> for TaskFailure {
+    fn from(error: SinkError) -> TaskFailure {
+        match error {
+            SinkError::Fenced { .. } => TaskFailure::Fenced(error.to_string()),
+            other => TaskFailure::Sink(other.to_string()),
+        }
     }
 }
 
@@ -116,7 +120,7 @@ fn is_fencing_code(code: RDKafkaErrorCode) -> bool {
 impl Sink {
     /// Connects and, exactly-once, calls `init_transactions`: this fences any earlier
     /// instance of the job and aborts the transaction it left open.
-    pub fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer) -> Result<Sink, SinkError> {
+    pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer) -> Result<Sink, SinkError> {
         let transactional = config.delivery == Delivery::ExactlyOnce;
         let client = self::config::client_config(config.job, config.brokers, transactional, config.extra);
         let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
@@ -140,14 +144,14 @@ impl Sink {
         })
     }
 
-    pub fn begin(&self) -> Result<(), SinkError> {
+    pub(crate) fn begin(&self) -> Result<(), SinkError> {
         if self.delivery == Delivery::ExactlyOnce {
             self.producer.begin_transaction().map_err(|e| self.error("begin_transaction", e))?;
         }
         Ok(())
     }
 
-    pub fn send(&self, batch: &Batch) -> Result<(), SinkError> {
+    pub(crate) fn send(&self, batch: &Batch) -> Result<(), SinkError> {
         for record in batch.iter() {
             self.produce(&self.topic, record, &[])?;
         }
@@ -156,7 +160,7 @@ impl Sink {
 
     /// Writes records that crashed a plugin twice to the dead-letter topic, in the
     /// current transaction, with what happened in headers.
-    pub fn send_dead_letter(&self, letter: &DeadLetter, source_topic: &str) -> Result<(), SinkError> {
+    pub(crate) fn send_dead_letter(&self, letter: &DeadLetter, source_topic: &str) -> Result<(), SinkError> {
         let topic = self.dead_letter_topic.as_deref().expect("dead letters only flow when a topic is set");
         for (index, record) in letter.records.batch.iter().enumerate() {
             let origin = letter.records.origins.get(index);
@@ -213,14 +217,14 @@ impl Sink {
 
     /// Commits checkpoint `n`: its records and, atomically with them, the next offset
     /// of every input partition with metadata `weir:ckpt=<n>`. Then opens epoch n+1.
-    pub fn commit(&self, n: u64, source_topic: &str, offsets: &BTreeMap<i32, i64>) -> Result<(), SinkError> {
+    pub(crate) fn commit(&self, n: u64, source_topic: &str, offsets: &BTreeMap<i32, i64>) -> Result<(), SinkError> {
         let mut list = TopicPartitionList::new();
         for (&partition, &offset) in offsets {
             list.add_partition_offset(source_topic, partition, Offset::Offset(offset))
                 .map_err(|e| self.error("listing offsets", e))?;
             list.find_partition(source_topic, partition)
                 .expect("partition just added")
-                .set_metadata(checkpoint_metadata(n));
+                .set_metadata(layout::offset_metadata(n));
         }
         match self.delivery {
             Delivery::ExactlyOnce => {
@@ -268,7 +272,7 @@ impl Sink {
     }
 
     /// Drops what the open transaction holds (on shutdown, after the final commit).
-    pub fn abort(&self) {
+    pub(crate) fn abort(&self) {
         if self.delivery == Delivery::ExactlyOnce {
             if let Err(error) = self.producer.abort_transaction(TXN_TIMEOUT) {
                 tracing::warn!("aborting the open transaction on shutdown: {error}");
@@ -289,23 +293,18 @@ impl Sink {
 
 }
 
-/// What weir writes as offset metadata: the checkpoint the offsets belong to.
-pub fn checkpoint_metadata(n: u64) -> String {
-    format!("weir:ckpt={n}")
-}
-
 /// The sink task: hands records to the producer, aligns barriers from its inputs and
 /// holds epoch N+1 back until checkpoint N is committed.
-pub struct SinkTask<'a> {
-    pub sink: &'a Sink,
-    pub source_topic: String,
-    pub inputs: Vec<Receiver<Message>>,
-    pub events: Sender<Event>,
-    pub committed: Receiver<u64>,
+pub(crate) struct SinkTask<'a> {
+    pub(crate) sink: &'a Sink,
+    pub(crate) source_topic: String,
+    pub(crate) inputs: Vec<Receiver<Message>>,
+    pub(crate) events: Sender<Event>,
+    pub(crate) committed: Receiver<u64>,
 }
 
 impl SinkTask<'_> {
-    pub fn run(self) -> Result<(), TaskFailure> {
+    pub(crate) fn run(self) -> Result<(), TaskFailure> {
         let mut aligned = vec![false; self.inputs.len()];
         loop {
             let mut select = Select::new();
@@ -319,11 +318,8 @@ impl SinkTask<'_> {
                 return Ok(());
             };
             match message {
-                Message::Records(records) => self.sink.send(&records.batch).map_err(TaskFailure::Sink)?,
-                Message::DeadLetter(letter) => self
-                    .sink
-                    .send_dead_letter(&letter, &self.source_topic)
-                    .map_err(TaskFailure::Sink)?,
+                Message::Records(records) => self.sink.send(&records.batch)?,
+                Message::DeadLetter(letter) => self.sink.send_dead_letter(&letter, &self.source_topic)?,
                 Message::Watermark(_) | Message::Idle => {}
                 Message::Barrier(n) => {
                     aligned[input] = true;

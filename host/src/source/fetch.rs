@@ -20,7 +20,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 /// A consumer and a queue that receives the records of the given partitions, read a
 /// batch at a time.
-pub struct Fetcher {
+pub(crate) struct Fetcher {
     /// The Fetcher's own queue; released in `drop`, before the consumer is.
     queue: NonNull<rd::rd_kafka_queue_t>,
     /// Messages of the last fetch (never null), owned until the next fetch or `drop`.
@@ -38,7 +38,7 @@ unsafe impl Send for Fetcher {}
 impl Fetcher {
     /// Takes the records of `partitions` of `topic` off the consumer's queue. Call it
     /// before assigning them, so that none reaches the consumer's queue first.
-    pub fn new(consumer: BaseConsumer, topic: &str, partitions: impl IntoIterator<Item = i32>) -> Result<Fetcher, String> {
+    pub(crate) fn new(consumer: BaseConsumer, topic: &str, partitions: impl IntoIterator<Item = i32>) -> Result<Fetcher, String> {
         let client = consumer.client().native_ptr();
         let topic = CString::new(topic).map_err(|_| format!("topic name {topic:?} holds a NUL byte"))?;
         // SAFETY: the client pointer is valid while `consumer` lives, which the Fetcher
@@ -60,18 +60,18 @@ impl Fetcher {
         Ok(fetcher)
     }
 
-    pub fn consumer(&self) -> &BaseConsumer {
+    pub(crate) fn consumer(&self) -> &BaseConsumer {
         &self.consumer
     }
 
     /// Messages fetched that the caller has not used yet.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.messages.len() - self.used
     }
 
     /// The high watermark of `partition` as of the consumer's last fetch response for
     /// it: a local read, no broker request. `None` before the first response.
-    pub fn cached_high_watermark(&self, partition: i32) -> Option<i64> {
+    pub(crate) fn cached_high_watermark(&self, partition: i32) -> Option<i64> {
         let (mut low, mut high) = (-1, -1);
         // SAFETY: the client lives as long as `self.consumer`; valid topic and out-pointers.
         let code = unsafe {
@@ -89,7 +89,7 @@ impl Fetcher {
     /// Messages to read, oldest first: those of the last fetch the caller has not
     /// `use`d, else up to `max` new ones, which are those the consumer holds now or,
     /// when it holds none, the first to arrive within `wait` and whatever came with it.
-    pub fn fetch(&mut self, wait: Duration, max: usize) -> &[Fetched] {
+    pub(crate) fn fetch(&mut self, wait: Duration, max: usize) -> &[Fetched] {
         if self.used == self.messages.len() {
             self.release();
             // librdkafka's batch call waits until the batch is full, so waiting is done
@@ -106,7 +106,7 @@ impl Fetcher {
 
     /// Marks the first `count` messages `fetch` returned as read: they are released at
     /// the next fetch that needs new ones. Views of them must not be kept past it.
-    pub fn mark_used(&mut self, count: usize) {
+    pub(crate) fn mark_used(&mut self, count: usize) {
         self.used = (self.used + count).min(self.messages.len());
     }
 
@@ -144,7 +144,7 @@ impl Drop for Fetcher {
 
 /// A view of one fetched message, valid until the Fetcher's next `fetch`.
 #[repr(transparent)]
-pub struct Fetched(NonNull<rd::rd_kafka_message_t>);
+pub(crate) struct Fetched(NonNull<rd::rd_kafka_message_t>);
 
 impl Fetched {
     fn raw(&self) -> &rd::rd_kafka_message_t {
@@ -154,7 +154,7 @@ impl Fetched {
     }
 
     /// The error librdkafka reports in place of a message (e.g. an offset reset).
-    pub fn error(&self) -> Option<KafkaError> {
+    pub(crate) fn error(&self) -> Option<KafkaError> {
         let raw = self.raw();
         if raw.err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             return None;
@@ -163,7 +163,7 @@ impl Fetched {
     }
 
     /// What librdkafka says about the error, for the log and the job's error.
-    pub fn error_detail(&self) -> String {
+    pub(crate) fn error_detail(&self) -> String {
         // SAFETY: rd_kafka_message_errstr returns a NUL-terminated string owned by the message.
         let text = unsafe { rd::rd_kafka_message_errstr(self.0.as_ptr()) };
         if text.is_null() {
@@ -173,35 +173,35 @@ impl Fetched {
         unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
     }
 
-    pub fn partition(&self) -> i32 {
+    pub(crate) fn partition(&self) -> i32 {
         self.raw().partition
     }
 
-    pub fn offset(&self) -> i64 {
+    pub(crate) fn offset(&self) -> i64 {
         self.raw().offset
     }
 
     /// The record's timestamp in milliseconds, if it has one.
-    pub fn timestamp(&self) -> Option<i64> {
+    pub(crate) fn timestamp(&self) -> Option<i64> {
         let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
         // SAFETY: a valid message and a valid out-pointer.
         let millis = unsafe { rd::rd_kafka_message_timestamp(self.0.as_ptr(), &mut kind) };
         (kind != rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && millis >= 0).then_some(millis)
     }
 
-    pub fn key(&self) -> Option<&[u8]> {
+    pub(crate) fn key(&self) -> Option<&[u8]> {
         let raw = self.raw();
         bytes(raw.key.cast_const(), raw.key_len)
     }
 
-    pub fn payload(&self) -> &[u8] {
+    pub(crate) fn payload(&self) -> &[u8] {
         let raw = self.raw();
         bytes(raw.payload.cast_const(), raw.len).unwrap_or_default()
     }
 
     /// The record's headers, in order; a header without a value reads as empty, a
     /// name that is not UTF-8 with U+FFFD in place of its bad bytes.
-    pub fn headers(&self) -> Vec<(Cow<'_, str>, &[u8])> {
+    pub(crate) fn headers(&self) -> Vec<(Cow<'_, str>, &[u8])> {
         let mut list: *mut rd::rd_kafka_headers_t = null_mut();
         // SAFETY: a valid message; on success `list` points at headers owned by it.
         let found = unsafe { rd::rd_kafka_message_headers(self.0.as_ptr(), &mut list) };

@@ -8,19 +8,16 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::Event;
-use crate::engine::message::{Message, Origin, Records};
-use crate::engine::route::subtask_for;
-use crate::engine::TaskFailure;
+use crate::checkpoint::layout::{self, PartitionState, TaskId};
+use crate::dataflow::{Event, Message, Origin, Records, TaskFailure, subtask_for};
 use crate::metrics::Metrics;
 
 pub mod config;
-pub mod fetch;
-pub mod progress;
-pub use config::consumer;
-use fetch::Fetcher;
+mod fetch;
+mod progress;
+pub(crate) use config::consumer;
+pub(crate) use fetch::Fetcher;
 use progress::{Activity, Progress};
 
 /// Records and bytes one batch holds at most (the bytes bound is passed by one record
@@ -35,43 +32,33 @@ const TICK: Duration = Duration::from_secs(1);
 /// How long the broker may take to confirm that a quiet partition has nothing to read.
 const DRAINED_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// What a source task checkpoints for one partition.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PartitionState {
-    pub partition: i32,
-    /// The offset of the next record to read: a real offset, never a logical one.
-    pub next_offset: i64,
-    /// The largest event time read so far (`i64::MIN` before the first record).
-    pub max_timestamp: i64,
-}
-
 /// Orders from the coordinator, checked between batches.
-pub enum Control {
+pub(crate) enum Control {
     Barrier(u64),
     Stop,
 }
 
-pub struct SourceTask {
-    pub index: usize,
-    pub topic: String,
-    pub fetcher: Fetcher,
-    pub partitions: BTreeMap<i32, PartitionState>,
-    pub max_out_of_orderness_ms: i64,
+pub(crate) struct SourceTask {
+    pub(crate) index: usize,
+    pub(crate) topic: String,
+    pub(crate) fetcher: Fetcher,
+    pub(crate) partitions: BTreeMap<i32, PartitionState>,
+    pub(crate) max_out_of_orderness_ms: i64,
     /// One sender per downstream subtask; records go by key when `key_by`, else to
     /// the subtask with this task's index.
-    pub outputs: Vec<Sender<Message>>,
-    pub key_by: bool,
-    pub control: Receiver<Control>,
-    pub events: Sender<Event>,
-    pub metrics: Metrics,
+    pub(crate) outputs: Vec<Sender<Message>>,
+    pub(crate) key_by: bool,
+    pub(crate) control: Receiver<Control>,
+    pub(crate) events: Sender<Event>,
+    pub(crate) metrics: Metrics,
     /// `[source] idle_timeout_ms`: when a partition that reads nothing stops holding
     /// the watermark back (never when `None`).
-    pub idle_timeout: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
 }
 
 impl SourceTask {
     /// Assigns the task's partitions at their checkpointed offsets.
-    pub fn assign(&self) -> Result<(), TaskFailure> {
+    pub(crate) fn assign(&self) -> Result<(), TaskFailure> {
         let mut assignment = TopicPartitionList::new();
         for state in self.partitions.values() {
             assignment
@@ -84,7 +71,7 @@ impl SourceTask {
             .map_err(|e| self.kafka_failure("assigning partitions", e))
     }
 
-    pub fn run(mut self) -> Result<(), TaskFailure> {
+    pub(crate) fn run(mut self) -> Result<(), TaskFailure> {
         self.assign()?;
         if self.partitions.is_empty() {
             return self.run_without_partitions();
@@ -273,10 +260,11 @@ impl SourceTask {
     }
 
     fn barrier(&self, n: u64) -> Result<(), TaskFailure> {
-        let states: Vec<PartitionState> = self.partitions.values().cloned().collect();
-        let bytes = serde_json::to_vec(&states).expect("partition states serialize");
+        let states: Vec<PartitionState> = self.partitions.values().copied().collect();
+        let bytes = layout::encode_source(&states);
+        let task = TaskId::Source { index: u32::try_from(self.index).expect("fewer than 2^32 source tasks") };
         self.events
-            .send(Event::State { n, task: task_name(self.index), bytes, offsets: Some(states) })
+            .send(Event::State { n, task, bytes, offsets: Some(states) })
             .map_err(|_| TaskFailure::Stopped)?;
         self.broadcast(Message::Barrier(n))
     }
@@ -314,9 +302,4 @@ fn read_failure(index: usize, topic: &str, error: rdkafka::error::KafkaError, de
         ));
     }
     TaskFailure::Kafka(format!("source {index} reading topic {topic}: {error} ({detail})"))
-}
-
-/// The checkpoint store's name for source task `index`.
-pub fn task_name(index: usize) -> String {
-    format!("source/{index}")
 }

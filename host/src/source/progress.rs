@@ -10,7 +10,7 @@ use super::PartitionState;
 
 /// What a source task tells downstream about event time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Progress {
+pub(crate) enum Progress {
     /// Event time of every active partition has reached this value.
     Watermark(i64),
     /// Every partition is idle: the task holds no watermark back until it reads again.
@@ -19,7 +19,7 @@ pub enum Progress {
 
 /// Which partitions are idle, and since when the others have read nothing.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     timeout: Option<Duration>,
     /// Active partitions: their next offset when last looked at, and when it last moved.
     quiet_since: BTreeMap<i32, (i64, Instant)>,
@@ -29,14 +29,14 @@ pub struct Activity {
 
 impl Activity {
     /// Every partition starts active, as if it had just read a record.
-    pub fn new(timeout: Option<Duration>, partitions: &BTreeMap<i32, PartitionState>, now: Instant) -> Activity {
+    pub(crate) fn new(timeout: Option<Duration>, partitions: &BTreeMap<i32, PartitionState>, now: Instant) -> Activity {
         let quiet_since = partitions.values().map(|p| (p.partition, (p.next_offset, now))).collect();
         Activity { timeout, quiet_since, idle: BTreeMap::new() }
     }
 
     /// Partitions that read nothing for the idle timeout and are not idle yet. Call it
     /// now and then (every second): a partition read since the last call starts over.
-    pub fn quiet(&mut self, partitions: &BTreeMap<i32, PartitionState>, now: Instant) -> Vec<i32> {
+    pub(crate) fn quiet(&mut self, partitions: &BTreeMap<i32, PartitionState>, now: Instant) -> Vec<i32> {
         let Some(timeout) = self.timeout else { return Vec::new() };
         let mut quiet = Vec::new();
         for (partition, (offset, since)) in &mut self.quiet_since {
@@ -51,7 +51,7 @@ impl Activity {
     }
 
     /// `partition` stops holding the watermark back (it was `quiet` and has nothing to read).
-    pub fn set_idle(&mut self, partition: i32, next_offset: i64) {
+    pub(crate) fn set_idle(&mut self, partition: i32, next_offset: i64) {
         if self.quiet_since.remove(&partition).is_some() {
             self.idle.insert(partition, next_offset);
         }
@@ -59,7 +59,7 @@ impl Activity {
 
     /// Idle partitions that have read a record since hold the watermark again; returns
     /// them. Call it after every batch, before `progress`: it looks at idle partitions only.
-    pub fn wake(&mut self, partitions: &BTreeMap<i32, PartitionState>, now: Instant) -> Vec<i32> {
+    pub(crate) fn wake(&mut self, partitions: &BTreeMap<i32, PartitionState>, now: Instant) -> Vec<i32> {
         let woken: Vec<i32> =
             self.idle.iter().filter(|&(p, &at)| partitions[p].next_offset != at).map(|(&p, _)| p).collect();
         for &partition in &woken {
@@ -72,7 +72,7 @@ impl Activity {
     /// The task's progress: the least watermark of its active partitions. A partition
     /// that woke may put it behind what was sent before; downstream never goes back,
     /// it waits until the partition catches up (`OperatorTask`).
-    pub fn progress(&self, partitions: &BTreeMap<i32, PartitionState>, max_out_of_orderness_ms: i64) -> Progress {
+    pub(crate) fn progress(&self, partitions: &BTreeMap<i32, PartitionState>, max_out_of_orderness_ms: i64) -> Progress {
         partitions
             .values()
             .filter(|p| !self.idle.contains_key(&p.partition))

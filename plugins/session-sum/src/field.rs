@@ -8,7 +8,7 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::Number;
 
 /// The number in `field` of the JSON object `value`; an error says why there is none.
-pub fn number(value: &[u8], field: &str) -> Result<Number, String> {
+pub(crate) fn number(value: &[u8], field: &str) -> Result<Number, String> {
     let mut json = serde_json::Deserializer::from_slice(value);
     let found = json
         .deserialize_map(FieldOf { field })

@@ -9,55 +9,47 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::checkpoint::fault::{self, Step};
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::watchdog::Watchdog;
-use crate::engine::TaskFailure;
+use crate::dataflow::{Event, TaskFailure};
 use crate::metrics::Metrics;
 use crate::sink::{self, Sink};
-use crate::source::{Control, PartitionState};
+use crate::source::Control;
+
+use super::fault::{self, Step};
+use super::watchdog::Watchdog;
 
 /// How often the idle coordinator looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
-/// What tasks tell the coordinator.
-pub enum Event {
-    /// A task's state for checkpoint `n`; sources add the offsets they reached.
-    State { n: u64, task: String, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>> },
-    /// The sink has handed every record of epoch `n` to the producer.
-    SinkAligned(u64),
-    Failed(TaskFailure),
-}
-
-pub struct Coordinator<'a> {
-    pub store: &'a CheckpointStore,
-    pub sink: &'a Sink,
-    pub source_topic: &'a str,
-    pub sources: Vec<Sender<Control>>,
-    pub events: Receiver<Event>,
-    pub committed: Sender<u64>,
+pub(super) struct Coordinator<'a> {
+    pub(super) store: &'a CheckpointStore,
+    pub(super) sink: &'a Sink,
+    pub(super) source_topic: &'a str,
+    pub(super) sources: Vec<Sender<Control>>,
+    pub(super) events: Receiver<Event>,
+    pub(super) committed: Sender<u64>,
     /// How many `State` events make a checkpoint complete: sources plus operator subtasks.
-    pub expected_states: usize,
-    pub interval: Duration,
+    pub(super) expected_states: usize,
+    pub(super) interval: Duration,
     /// A checkpoint not complete within this is a failure of the attempt.
-    pub timeout: Duration,
+    pub(super) timeout: Duration,
     /// Written with every checkpoint: what recovery checks the job against.
-    pub meta: Vec<u8>,
-    pub next: u64,
-    pub stop: Arc<AtomicBool>,
-    pub metrics: &'a Metrics,
+    pub(super) meta: Vec<u8>,
+    pub(super) next: u64,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) metrics: &'a Metrics,
     /// Bounds each Kafka commit, which librdkafka may not.
-    pub watchdog: Watchdog,
+    pub(super) watchdog: Watchdog,
 }
 
 /// Why the coordinator stopped.
-pub enum Outcome {
+pub(super) enum Outcome {
     /// A stop was requested and a final checkpoint committed.
     Stopped,
 }
 
 impl Coordinator<'_> {
-    pub fn run(&mut self) -> Result<Outcome, TaskFailure> {
+    pub(super) fn run(&mut self) -> Result<Outcome, TaskFailure> {
         let mut due = Instant::now() + self.interval;
         loop {
             let stopping = self.idle_until(due)?;
@@ -112,6 +104,7 @@ impl Coordinator<'_> {
             match self.events.recv_timeout(left) {
                 Ok(Event::State { n: m, task, bytes, offsets: reached }) => {
                     assert_eq!(m, n, "{task} sent state for checkpoint {m} during {n}");
+                    let task = task.to_string();
                     self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
                     for state in reached.into_iter().flatten() {
                         offsets.insert(state.partition, state.next_offset);
@@ -137,8 +130,7 @@ impl Coordinator<'_> {
 
         let what = format!("the Kafka commit of checkpoint {n}");
         self.watchdog
-            .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.source_topic, &offsets))
-            .map_err(TaskFailure::Sink)?;
+            .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.source_topic, &offsets))?;
         fault::point(Step::AfterCommit, n);
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 

@@ -9,9 +9,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How weir exits when a guarded call hangs (EX_TEMPFAIL: try again later).
-pub const EXIT_HUNG: i32 = 75;
+const EXIT_HUNG: i32 = 75;
 
-pub struct Watchdog {
+pub(super) struct Watchdog {
     shared: Arc<Shared>,
 }
 
@@ -30,7 +30,7 @@ struct State {
 
 impl Watchdog {
     /// Starts the watching thread; it ends when the Watchdog is dropped.
-    pub fn start() -> Watchdog {
+    pub(super) fn start() -> Watchdog {
         let shared = Arc::new(Shared::default());
         let watched = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -41,7 +41,7 @@ impl Watchdog {
     }
 
     /// Runs `call`; if it has not returned within `limit`, logs `what` and exits.
-    pub fn guard<T>(&self, what: String, limit: Duration, call: impl FnOnce() -> T) -> T {
+    pub(super) fn guard<T>(&self, what: String, limit: Duration, call: impl FnOnce() -> T) -> T {
         self.set(Some((what, Instant::now() + limit)));
         let result = call();
         self.set(None);

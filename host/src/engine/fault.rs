@@ -1,12 +1,13 @@
 //! A test-only fault-injection switch: `WEIR_FAULT=<step>:<n>` kills the process with
 //! SIGKILL when it reaches `<step>` of checkpoint `n` exactly (checkpoint 1 included), so
 //! the crash tests can prove recovery from each step of the protocol; `panic-in-operator`
-//! panics an operator task instead. Unset, it costs one branch.
+//! panics an operator task instead. Compiled in only with the `fault-injection` feature
+//! (the test suite's build); in the binary users run, `point` is empty.
 
 use std::sync::OnceLock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
+pub(super) enum Step {
     /// Barrier N injected into the sources, nothing of N durable yet.
     AfterBarrier,
     /// Every snapshot of N durable in the store, N not committed in Kafka.
@@ -20,6 +21,7 @@ pub enum Step {
     PanicInOperator,
 }
 
+#[cfg(feature = "fault-injection")]
 impl Step {
     fn parse(name: &str) -> Option<Step> {
         match name {
@@ -33,6 +35,7 @@ impl Step {
     }
 }
 
+#[cfg(feature = "fault-injection")]
 fn armed() -> Option<(Step, u64)> {
     static ARMED: OnceLock<Option<(Step, u64)>> = OnceLock::new();
     *ARMED.get_or_init(|| {
@@ -49,9 +52,15 @@ fn armed() -> Option<(Step, u64)> {
     })
 }
 
+/// Does nothing: this build has no fault injection.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(super) fn point(_step: Step, _n: u64) {}
+
 /// Kills the process here (or panics, for `PanicInOperator`) if the switch names this
 /// step and checkpoint.
-pub fn point(step: Step, n: u64) {
+#[cfg(feature = "fault-injection")]
+pub(super) fn point(step: Step, n: u64) {
     let Some((armed_step, at)) = armed() else { return };
     if armed_step != step || n != at {
         return;

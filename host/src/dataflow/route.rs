@@ -2,7 +2,7 @@
 //! on every run and every machine, because keyed state is checkpointed per subtask.
 
 /// FNV-1a, 64-bit: stable by definition, unlike `std`'s randomly seeded hasher.
-pub fn key_hash(key: &[u8]) -> u64 {
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     key.iter()
@@ -10,7 +10,7 @@ pub fn key_hash(key: &[u8]) -> u64 {
 }
 
 /// The subtask of `parallelism` that owns `key`; records without a key go to subtask 0.
-pub fn subtask_for(key: Option<&[u8]>, parallelism: usize) -> usize {
+pub(crate) fn subtask_for(key: Option<&[u8]>, parallelism: usize) -> usize {
     debug_assert!(parallelism > 0);
     key.map_or(0, |key| (key_hash(key) % parallelism as u64) as usize)
 }

@@ -1,8 +1,11 @@
 //! What travels on the channels between tasks: batches of records, watermarks and
 //! checkpoint barriers, in band and in order, so a barrier cuts every stream at one
-//! consistent point.
+//! consistent point; and what tasks report to the checkpoint coordinator.
 
 use crate::batch::Batch;
+use crate::checkpoint::layout::{PartitionState, TaskId};
+
+use super::TaskFailure;
 
 /// Where a record was read: its input partition and offset. Kept for records that
 /// come straight from a source, so a poison record can be named and dead-lettered.
@@ -14,14 +17,14 @@ pub struct Origin {
 
 /// A batch and, when it comes straight from a source, the origin of each record.
 #[derive(Clone, Default)]
-pub struct Records {
-    pub batch: Batch,
+pub(crate) struct Records {
+    pub(crate) batch: Batch,
     /// Empty, or one origin per record of `batch`.
-    pub origins: Vec<Origin>,
+    pub(crate) origins: Vec<Origin>,
 }
 
 impl Records {
-    pub fn push_from(&mut self, other: &Records, index: usize) {
+    pub(crate) fn push_from(&mut self, other: &Records, index: usize) {
         self.batch.push_record(other.batch.get(index));
         if !other.origins.is_empty() {
             self.origins.push(other.origins[index]);
@@ -29,19 +32,19 @@ impl Records {
         debug_assert!(self.origins.is_empty() || self.origins.len() == self.batch.len());
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.batch.is_empty()
     }
 }
 
 /// A record that made a plugin trap twice, on its way to the dead-letter topic.
-pub struct DeadLetter {
-    pub records: Records,
-    pub operator: String,
-    pub error: String,
+pub(crate) struct DeadLetter {
+    pub(crate) records: Records,
+    pub(crate) operator: String,
+    pub(crate) error: String,
 }
 
-pub enum Message {
+pub(crate) enum Message {
     Records(Records),
     /// Event time has reached this value (epoch ms) on the sending task; a task that
     /// was `Idle` is active again.
@@ -52,4 +55,14 @@ pub enum Message {
     /// Checkpoint `n`: everything before it belongs to epoch `n`.
     Barrier(u64),
     DeadLetter(DeadLetter),
+}
+
+/// What tasks tell the checkpoint coordinator.
+pub(crate) enum Event {
+    /// A task's entry for checkpoint `n`, encoded by `checkpoint::layout`; sources add
+    /// the offsets they reached.
+    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>> },
+    /// The sink has handed every record of epoch `n` to the producer.
+    SinkAligned(u64),
+    Failed(TaskFailure),
 }

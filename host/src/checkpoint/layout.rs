@@ -1,0 +1,311 @@
+//! The checkpoint format's single owner: how tasks are named in the store, how each
+//! task's entry and the job's shape are encoded, and which format wrote them. Every
+//! format ever written stays readable: the shape records its format, and each decoder
+//! dispatches on it, so a change here never turns an old checkpoint into "corrupt".
+//!
+//! | format | shape (the manifest's metadata) | source entry | operator entry |
+//! |---|---|---|---|
+//! | 0 (weir 0.1.0) | JSON, no `format` field | JSON list of partition states | watermark i64le, guest bytes |
+//! | 1 | JSON with `"format": 1` | packed: count u32le, then per partition i32le, i64le, i64le | as format 0 |
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::store::Checkpoint;
+
+/// The format this build writes.
+pub const FORMAT: u32 = 1;
+
+/// Kafka offset metadata: names the checkpoint that the committed offsets belong to.
+const OFFSET_METADATA_PREFIX: &str = "weir:ckpt=";
+/// Bytes of one partition in a packed source entry.
+const PARTITION_BYTES: usize = 4 + 8 + 8;
+const WATERMARK_BYTES: usize = 8;
+
+/// A task that checkpoints state: a source task, or a subtask of the operator at a
+/// position of the chain. Its store name (`Display`) is part of the format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TaskId {
+    Source { index: u32 },
+    Operator { stage: u32, subtask: u32 },
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskId::Source { index } => write!(f, "source/{index}"),
+            TaskId::Operator { stage, subtask } => write!(f, "op/{stage}/{subtask}"),
+        }
+    }
+}
+
+impl TaskId {
+    /// The inverse of `Display`; `None` for a name no format has used.
+    pub fn parse(name: &str) -> Option<TaskId> {
+        let number = |text: &str| text.parse::<u32>().ok().filter(|_| !text.starts_with('+'));
+        match name.split('/').collect::<Vec<_>>().as_slice() {
+            ["source", index] => Some(TaskId::Source { index: number(index)? }),
+            ["op", stage, subtask] => Some(TaskId::Operator { stage: number(stage)?, subtask: number(subtask)? }),
+            _ => None,
+        }
+    }
+}
+
+/// What a source task checkpoints for one partition.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionState {
+    pub partition: i32,
+    /// The offset of the next record to read: a real offset, never a logical one.
+    pub next_offset: i64,
+    /// The largest event time read so far (`i64::MIN` before the first record).
+    pub max_timestamp: i64,
+}
+
+/// What a checkpoint's state is valid for: state is per subtask, so it only restores
+/// into the same chain at the same parallelism reading the same topic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    pub parallelism: u32,
+    pub operators: Vec<String>,
+    pub source_topic: String,
+}
+
+/// An operator subtask's entry: the event time it had reached and the guest's snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorState {
+    pub watermark: i64,
+    pub guest: Vec<u8>,
+}
+
+/// A checkpoint as the engine restores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub n: u64,
+    /// The format that wrote it.
+    pub format: u32,
+    pub shape: Shape,
+    pub partitions: BTreeMap<i32, PartitionState>,
+    pub operators: BTreeMap<(u32, u32), OperatorState>,
+}
+
+/// Why a stored checkpoint cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error(
+        "it was written by a newer weir (checkpoint format {found}; this weir reads formats 0 to {FORMAT}): \
+         run that weir or a newer one"
+    )]
+    Newer { found: u32 },
+    #[error("{detail}")]
+    Corrupt { task: Option<String>, detail: String },
+}
+
+impl FormatError {
+    fn entry(task: &str, detail: impl Into<String>) -> FormatError {
+        FormatError::Corrupt { task: Some(task.to_string()), detail: detail.into() }
+    }
+}
+
+/// The manifest's metadata for `shape`, in this build's format.
+pub fn encode_shape(shape: &Shape) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Versioned<'a> {
+        format: u32,
+        #[serde(flatten)]
+        shape: &'a Shape,
+    }
+    serde_json::to_vec(&Versioned { format: FORMAT, shape }).expect("a shape serializes")
+}
+
+/// A source task's entry, in this build's format.
+pub fn encode_source(states: &[PartitionState]) -> Vec<u8> {
+    let count = u32::try_from(states.len()).expect("a source task holds fewer than 2^32 partitions");
+    let mut bytes = Vec::with_capacity(4 + states.len() * PARTITION_BYTES);
+    bytes.extend_from_slice(&count.to_le_bytes());
+    for state in states {
+        bytes.extend_from_slice(&state.partition.to_le_bytes());
+        bytes.extend_from_slice(&state.next_offset.to_le_bytes());
+        bytes.extend_from_slice(&state.max_timestamp.to_le_bytes());
+    }
+    bytes
+}
+
+/// An operator subtask's entry, in this build's format.
+pub fn encode_operator(watermark: i64, guest: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(WATERMARK_BYTES + guest.len());
+    bytes.extend_from_slice(&watermark.to_le_bytes());
+    bytes.extend_from_slice(guest);
+    bytes
+}
+
+/// Reads a loaded checkpoint in whichever format wrote it.
+pub fn decode(checkpoint: &Checkpoint) -> Result<Snapshot, FormatError> {
+    let (format, shape) = decode_shape(&checkpoint.meta)?;
+    let mut snapshot =
+        Snapshot { n: checkpoint.n, format, shape, partitions: BTreeMap::new(), operators: BTreeMap::new() };
+    for (name, bytes) in &checkpoint.tasks {
+        match TaskId::parse(name) {
+            Some(TaskId::Source { .. }) => {
+                for state in decode_source(format, name, bytes)? {
+                    snapshot.partitions.insert(state.partition, state);
+                }
+            }
+            Some(TaskId::Operator { stage, subtask }) => {
+                let state = decode_operator(name, bytes)?;
+                snapshot.operators.insert((stage, subtask), state);
+            }
+            None => return Err(FormatError::entry(name, "no weir task has this name")),
+        }
+    }
+    Ok(snapshot)
+}
+
+fn decode_shape(meta: &[u8]) -> Result<(u32, Shape), FormatError> {
+    #[derive(Deserialize)]
+    struct Version {
+        #[serde(default)]
+        format: u32,
+    }
+    let corrupt = |e: serde_json::Error| FormatError::Corrupt {
+        task: None,
+        detail: format!("its job shape is unreadable: {e}"),
+    };
+    let Version { format } = serde_json::from_slice(meta).map_err(corrupt)?;
+    if format > FORMAT {
+        return Err(FormatError::Newer { found: format });
+    }
+    // Formats 0 and 1 record the same fields; a later format that renames one adds its
+    // own struct here and converts it.
+    let shape: Shape = serde_json::from_slice(meta).map_err(corrupt)?;
+    Ok((format, shape))
+}
+
+fn decode_source(format: u32, name: &str, bytes: &[u8]) -> Result<Vec<PartitionState>, FormatError> {
+    if format == 0 {
+        return serde_json::from_slice(bytes).map_err(|e| FormatError::entry(name, format!("unreadable: {e}")));
+    }
+    let (count, packed) = bytes.split_first_chunk::<4>().ok_or_else(|| FormatError::entry(name, "shorter than its count"))?;
+    let count = u32::from_le_bytes(*count) as usize;
+    if packed.len() != count.saturating_mul(PARTITION_BYTES) {
+        return Err(FormatError::entry(
+            name,
+            format!("{} bytes for {count} partitions of {PARTITION_BYTES} bytes", packed.len()),
+        ));
+    }
+    let states = packed.chunks_exact(PARTITION_BYTES).map(|chunk| {
+        let (partition, rest) = chunk.split_first_chunk::<4>().expect("chunk of PARTITION_BYTES");
+        let (next_offset, max_timestamp) = rest.split_first_chunk::<8>().expect("chunk of PARTITION_BYTES");
+        PartitionState {
+            partition: i32::from_le_bytes(*partition),
+            next_offset: i64::from_le_bytes(*next_offset),
+            max_timestamp: i64::from_le_bytes(max_timestamp.try_into().expect("8 bytes")),
+        }
+    });
+    Ok(states.collect())
+}
+
+fn decode_operator(name: &str, bytes: &[u8]) -> Result<OperatorState, FormatError> {
+    let (watermark, guest) =
+        bytes.split_first_chunk::<WATERMARK_BYTES>().ok_or_else(|| FormatError::entry(name, "shorter than its header"))?;
+    Ok(OperatorState { watermark: i64::from_le_bytes(*watermark), guest: guest.to_vec() })
+}
+
+/// The offset metadata committed with checkpoint `n`.
+pub fn offset_metadata(n: u64) -> String {
+    format!("{OFFSET_METADATA_PREFIX}{n}")
+}
+
+/// The checkpoint that committed offset metadata names; `None` if weir did not write it.
+pub fn parse_offset_metadata(metadata: &str) -> Option<u64> {
+    metadata.strip_prefix(OFFSET_METADATA_PREFIX)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checkpoint(meta: &[u8], tasks: &[(&str, Vec<u8>)]) -> Checkpoint {
+        Checkpoint {
+            n: 7,
+            meta: meta.to_vec(),
+            tasks: tasks.iter().map(|(name, bytes)| (name.to_string(), bytes.clone())).collect(),
+        }
+    }
+
+    #[test]
+    fn task_ids_keep_their_store_names() {
+        let source = TaskId::Source { index: 3 };
+        let operator = TaskId::Operator { stage: 1, subtask: 12 };
+        assert_eq!(source.to_string(), "source/3");
+        assert_eq!(operator.to_string(), "op/1/12");
+        assert_eq!(TaskId::parse("source/3"), Some(source));
+        assert_eq!(TaskId::parse("op/1/12"), Some(operator));
+        for bad in ["source/", "source/-1", "source/+1", "op/1", "op/1/2/3", "sink/0", ""] {
+            assert_eq!(TaskId::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn this_format_round_trips() {
+        let shape = Shape { parallelism: 2, operators: vec!["count".into()], source_topic: "in".into() };
+        let states = [
+            PartitionState { partition: 0, next_offset: 10, max_timestamp: i64::MIN },
+            PartitionState { partition: 2, next_offset: 5, max_timestamp: 1_700_000_000_000 },
+        ];
+        let stored = checkpoint(
+            &encode_shape(&shape),
+            &[("source/0", encode_source(&states)), ("op/0/1", encode_operator(-4, b"guest"))],
+        );
+        let snapshot = decode(&stored).expect("decodes");
+        assert_eq!(snapshot.format, FORMAT);
+        assert_eq!(snapshot.shape, shape);
+        assert_eq!(snapshot.partitions.values().copied().collect::<Vec<_>>(), states);
+        assert_eq!(snapshot.operators[&(0, 1)], OperatorState { watermark: -4, guest: b"guest".to_vec() });
+    }
+
+    #[test]
+    fn format_zero_entries_still_decode() {
+        let meta = br#"{"parallelism":1,"operators":["a","b"],"source_topic":"t"}"#;
+        let source = br#"[{"partition":4,"next_offset":9,"max_timestamp":-9223372036854775808}]"#;
+        let stored = checkpoint(meta, &[("source/0", source.to_vec()), ("op/1/0", encode_operator(3, b""))]);
+        let snapshot = decode(&stored).expect("decodes");
+        assert_eq!(snapshot.format, 0);
+        assert_eq!(snapshot.shape.operators, ["a", "b"]);
+        assert_eq!(snapshot.partitions[&4].next_offset, 9);
+        assert_eq!(snapshot.operators[&(1, 0)].watermark, 3);
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_by_name() {
+        let meta = br#"{"format":99,"parallelism":1,"operators":[],"source_topic":"t"}"#;
+        let error = decode(&checkpoint(meta, &[])).expect_err("refused");
+        assert!(matches!(error, FormatError::Newer { found: 99 }), "{error}");
+    }
+
+    #[test]
+    fn damaged_entries_name_their_task() {
+        let meta = encode_shape(&Shape { parallelism: 1, operators: vec![], source_topic: "t".into() });
+        let cases: [(&str, Vec<u8>); 4] = [
+            ("source/0", vec![1, 0, 0, 0, 1]),
+            ("source/0", vec![]),
+            ("op/0/0", vec![1, 2, 3]),
+            ("sink/0", vec![]),
+        ];
+        for (name, bytes) in cases {
+            match decode(&checkpoint(&meta, &[(name, bytes)])) {
+                Err(FormatError::Corrupt { task: Some(task), .. }) => assert_eq!(task, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn offset_metadata_round_trips() {
+        assert_eq!(offset_metadata(42), "weir:ckpt=42");
+        assert_eq!(parse_offset_metadata("weir:ckpt=42"), Some(42));
+        assert_eq!(parse_offset_metadata("other"), None);
+        assert_eq!(parse_offset_metadata("weir:ckpt=x"), None);
+    }
+}

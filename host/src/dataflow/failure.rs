@@ -1,0 +1,72 @@
+//! Why a task, and so the attempt, failed, and whether a restart can cure it.
+
+use std::time::Duration;
+
+use crate::checkpoint::recovery::RecoveryError;
+use crate::checkpoint::store::StoreError;
+use crate::operator::OperatorError;
+
+use super::Origin;
+
+/// Why one task, and so the attempt, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskFailure {
+    /// A channel closed because another task ended first; never the root cause.
+    #[error("stopped because another task of the job stopped")]
+    Stopped,
+    #[error("Kafka: {0}")]
+    Kafka(String),
+    /// The producer failed (its message names the topic and the call).
+    #[error("{0}")]
+    Sink(String),
+    /// Another instance of the job took its transactional id over.
+    #[error("{0}")]
+    Fenced(String),
+    #[error("{error}")]
+    Operator { error: OperatorError, origins: Vec<Origin> },
+    #[error(
+        "record {topic}/{partition}@{offset} crashed the plugin again after a restart: {error}; \
+         set [sink].dead_letter_topic to divert such records and keep the job running",
+        partition = origin.partition, offset = origin.offset
+    )]
+    Poison { topic: String, origin: Origin, error: String },
+    #[error("{0}")]
+    Store(StoreError),
+    #[error("checkpoint {n} did not complete within {}s", timeout.as_secs())]
+    CheckpointTimeout { n: u64, timeout: Duration },
+    #[error("{0}")]
+    Recovery(RecoveryError),
+    #[error("{0}")]
+    Incompatible(String),
+    #[error("{0}")]
+    OffsetLost(String),
+    /// A bug in weir, not in the job: the task's thread panicked.
+    #[error("{task} panicked: {message}; this is a bug in weir: please report it with this log")]
+    Panicked { task: String, message: String },
+}
+
+impl TaskFailure {
+    pub(crate) fn operator(error: OperatorError) -> TaskFailure {
+        TaskFailure::Operator { error, origins: Vec::new() }
+    }
+
+    /// Failures a restart cannot cure: the job must stop and say why.
+    pub(crate) fn is_fatal(&self) -> bool {
+        match self {
+            TaskFailure::Poison { .. }
+            | TaskFailure::Fenced(_)
+            | TaskFailure::Incompatible(_)
+            | TaskFailure::OffsetLost(_) => true,
+            TaskFailure::Store(e) => !matches!(e, StoreError::Rocks { .. }),
+            TaskFailure::Recovery(e) => !matches!(e, RecoveryError::Unreachable { .. } | RecoveryError::Offsets { .. }),
+            TaskFailure::Operator { error, .. } => {
+                matches!(error, OperatorError::Init { .. } | OperatorError::Instantiate { .. })
+            }
+            TaskFailure::Stopped
+            | TaskFailure::Kafka(_)
+            | TaskFailure::Sink(_)
+            | TaskFailure::CheckpointTimeout { .. }
+            | TaskFailure::Panicked { .. } => false,
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! An attempt's second half: the task graph. Sources, operator subtasks and the sink
+//! each run on a named thread of one scope, joined by bounded channels; the coordinator
+//! runs on the calling thread until the attempt stops or fails.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::thread::{Scope, ScopedJoinHandle};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+
+use crate::checkpoint::layout::{self, PartitionState};
+use crate::dataflow::{Event, Message, Origin, TaskFailure};
+use crate::operator::OperatorInstance;
+use crate::sink::{self, SinkTask};
+use crate::source::{self, Control, SourceTask};
+
+use super::Engine;
+use super::coordinator::{Coordinator, Outcome};
+use super::operator_task::OperatorTask;
+use super::recover::{self, Recovered};
+use super::watchdog::Watchdog;
+
+/// Batches a channel holds: bounds memory and makes a slow stage push back.
+const CHANNEL_BATCHES: usize = 16;
+/// Control messages (barriers, stop) a source task may have queued.
+const CONTROL_MESSAGES: usize = 4;
+/// The shortest time a checkpoint may take before it fails the attempt.
+const MIN_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `senders[i]` are the outputs of producer i, `receivers[j]` the inputs of consumer j.
+type Edge = (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>);
+
+/// Runs the task graph of one attempt until the coordinator returns.
+pub(super) fn execute(engine: &Engine, recovered: Recovered, suspects: &HashSet<Origin>) -> Result<Outcome, TaskFailure> {
+    let Recovered { sink, sources, operators, next } = recovered;
+    let job = &engine.job;
+    let parallelism = job.parallelism as usize;
+    let stages = job.operators.len();
+    let (events_tx, events_rx) = bounded::<Event>(4 * parallelism * (stages + 2) + 16);
+    let (committed_tx, committed_rx) = bounded::<u64>(1);
+    // edges[k] leads into stage k; edges[stages] into the sink.
+    let mut edges: Vec<Edge> = (0..=stages)
+        .map(|stage| wire(parallelism, stage < stages && job.operators[stage].key_by, stage == stages))
+        .collect();
+
+    let outcome = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        let first = std::mem::take(&mut edges[0].0);
+        let control = spawn_sources(engine, scope, sources, first, &events_tx, &mut handles)?;
+        spawn_operators(engine, scope, operators, &mut edges, suspects, &events_tx, &mut handles);
+        let sink_inputs = std::mem::take(&mut edges[stages].1).into_iter().next().expect("one sink");
+        let sink_task = SinkTask {
+            sink: &sink,
+            source_topic: job.source.topic.clone(),
+            inputs: sink_inputs,
+            events: events_tx.clone(),
+            committed: committed_rx,
+        };
+        let what = format!("the sink task (topic {})", job.sink.topic);
+        handles.push(spawn_task(scope, "sink".to_string(), what, events_tx.clone(), move || sink_task.run()));
+        drop(events_tx);
+
+        let mut coordinator = Coordinator {
+            store: &engine.store,
+            sink: &sink,
+            source_topic: &job.source.topic,
+            sources: control.clone(),
+            events: events_rx,
+            committed: committed_tx,
+            expected_states: parallelism * (stages + 1),
+            interval: job.checkpoint_interval(),
+            timeout: job.checkpoint_interval().max(MIN_CHECKPOINT_TIMEOUT),
+            meta: layout::encode_shape(&recover::shape(job)),
+            next,
+            stop: Arc::clone(&engine.options.stop),
+            metrics: &engine.options.metrics,
+            watchdog: Watchdog::start(),
+        };
+        let outcome = coordinator.run();
+        // Tear down: sources stop, channel closures end everything downstream.
+        for source in &control {
+            let _ = source.try_send(Control::Stop);
+        }
+        drop(control);
+        drop(coordinator);
+        for handle in handles {
+            let _ = handle.join();
+        }
+        outcome
+    });
+    if matches!(outcome, Ok(Outcome::Stopped)) {
+        let what = "aborting the open transaction on shutdown".to_string();
+        Watchdog::start().guard(what, sink::COMMIT_BOUND, || sink.abort());
+    }
+    outcome
+}
+
+/// One source task per output of the first edge; returns their control channels.
+fn spawn_sources<'scope>(
+    engine: &'scope Engine,
+    scope: &'scope Scope<'scope, '_>,
+    starts: Vec<BTreeMap<i32, PartitionState>>,
+    outputs: Vec<Vec<Sender<Message>>>,
+    events: &Sender<Event>,
+    handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
+) -> Result<Vec<Sender<Control>>, TaskFailure> {
+    let job = &engine.job;
+    let mut control = Vec::with_capacity(starts.len());
+    for (index, (outputs, partitions)) in outputs.into_iter().zip(starts).enumerate() {
+        let (control_tx, control_rx) = bounded(CONTROL_MESSAGES);
+        control.push(control_tx);
+        let consumer = source::consumer(&job.source.brokers, &job.name, &job.source.kafka)
+            .map_err(|e| TaskFailure::Kafka(format!("creating a consumer for {}: {e}", job.source.brokers)))?;
+        let task = SourceTask {
+            index,
+            topic: job.source.topic.clone(),
+            fetcher: source::Fetcher::new(consumer, &job.source.topic, partitions.keys().copied())
+                .map_err(|e| TaskFailure::Kafka(format!("source {index} of topic {}: {e}", job.source.topic)))?,
+            partitions,
+            max_out_of_orderness_ms: job.source.max_out_of_orderness_ms as i64,
+            outputs,
+            key_by: job.operators[0].key_by,
+            control: control_rx,
+            events: events.clone(),
+            metrics: engine.options.metrics.clone(),
+            idle_timeout: job.source.idle_timeout(),
+        };
+        let what = format!("source task {index} (topic {})", job.source.topic);
+        handles.push(spawn_task(scope, format!("source-{index}"), what, events.clone(), move || task.run()));
+    }
+    Ok(control)
+}
+
+/// Every subtask of every operator, reading edge `stage` and writing edge `stage + 1`.
+fn spawn_operators<'scope>(
+    engine: &'scope Engine,
+    scope: &'scope Scope<'scope, '_>,
+    operators: Vec<Vec<(OperatorInstance, i64)>>,
+    edges: &mut [Edge],
+    suspects: &HashSet<Origin>,
+    events: &Sender<Event>,
+    handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
+) {
+    let job = &engine.job;
+    let suspects = Arc::new(suspects.clone());
+    let stages = job.operators.len();
+    for (stage, subtasks) in operators.into_iter().enumerate() {
+        let spec = &job.operators[stage];
+        let inputs = std::mem::take(&mut edges[stage].1);
+        let outputs = std::mem::take(&mut edges[stage + 1].0);
+        for (subtask, (((instance, watermark), inputs), outputs)) in
+            subtasks.into_iter().zip(inputs).zip(outputs).enumerate()
+        {
+            let task = OperatorTask {
+                name: spec.name.clone(),
+                stage: stage as u32,
+                subtask: subtask as u32,
+                instance,
+                watermark,
+                inputs,
+                outputs,
+                key_by_next: stage + 1 < stages && job.operators[stage + 1].key_by,
+                events: events.clone(),
+                suspects: Arc::clone(&suspects),
+                dead_letters: job.sink.dead_letter_topic.is_some(),
+                source_topic: job.source.topic.clone(),
+                metrics: engine.options.metrics.operator(&spec.name, subtask as u32),
+                dead_letter_count: engine.options.metrics.dead_letter_records(),
+            };
+            let name = format!("{}-{subtask}", spec.name);
+            let what = format!(
+                "operator `{}` subtask {subtask} (plugin {})",
+                spec.name,
+                engine.plugins[stage].path().display()
+            );
+            handles.push(spawn_task(scope, name, what, events.clone(), move || task.run()));
+        }
+    }
+}
+
+/// Channels for one edge: `outputs[producer]` and `inputs[consumer]`. A key-by edge
+/// (and the edge into the single sink) connects every producer to every consumer; a
+/// forward edge connects producer i to consumer i.
+fn wire(parallelism: usize, key_by: bool, into_sink: bool) -> Edge {
+    let consumers = if into_sink { 1 } else { parallelism };
+    let mut outputs: Vec<Vec<Sender<Message>>> = vec![Vec::new(); parallelism];
+    let mut inputs: Vec<Vec<Receiver<Message>>> = vec![Vec::new(); consumers];
+    for (producer, producer_outputs) in outputs.iter_mut().enumerate() {
+        for (consumer, consumer_inputs) in inputs.iter_mut().enumerate() {
+            let connected = into_sink || key_by || producer == consumer;
+            if connected {
+                let (tx, rx) = bounded(CHANNEL_BATCHES);
+                producer_outputs.push(tx);
+                consumer_inputs.push(rx);
+            }
+        }
+    }
+    (outputs, inputs)
+}
+
+/// Runs a task on its own named thread. Whatever ends it, an error or a panic, reaches
+/// the coordinator as a failure naming the task (`what`), so the attempt ends at once.
+fn spawn_task<'scope, F>(
+    scope: &'scope Scope<'scope, '_>,
+    name: String,
+    what: String,
+    events: Sender<Event>,
+    body: F,
+) -> ScopedJoinHandle<'scope, ()>
+where
+    F: FnOnce() -> Result<(), TaskFailure> + Send + 'scope,
+{
+    std::thread::Builder::new()
+        .name(name)
+        .spawn_scoped(scope, move || {
+            // Unwind safety: a panicked task's state is dropped with the attempt, never reused.
+            let failure = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+                Ok(Ok(())) | Ok(Err(TaskFailure::Stopped)) => return,
+                Ok(Err(failure)) => failure,
+                Err(payload) => TaskFailure::Panicked { task: what, message: panic_message(payload.as_ref()) },
+            };
+            let _ = events.send(Event::Failed(failure));
+        })
+        .expect("spawning a task thread")
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        text.to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
