@@ -196,6 +196,7 @@ fn a_takeover_fences_the_old_instance_and_the_output_stays_exact() {
     let new_log = log_of(&job, "new.log");
     let mut new = job::start(&new_job, &new_log, &[]);
     wait_for(&new_log, "recovered; running", Duration::from_secs(60));
+    // SAFETY: kill(2) on a child this test started; no memory is involved.
     unsafe { libc::kill(old.id() as i32, libc::SIGCONT) };
 
     let status = job::wait(&mut old, Duration::from_secs(90)).expect("the fenced instance must stop");
@@ -346,7 +347,8 @@ fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
 
     {
         let db = rocksdb::DB::open_default(job.state_dir()).expect("opening the store directly");
-        let entries: Vec<(Box<[u8]>, Box<[u8]>)> = db
+        type Entry = (Box<[u8]>, Box<[u8]>);
+        let entries: Vec<Entry> = db
             .iterator(rocksdb::IteratorMode::Start)
             .map(Result::unwrap)
             .filter(|(key, _)| key.ends_with(b"op/0/0"))

@@ -197,8 +197,8 @@ fn a_cache_directory_others_can_write_or_own_is_refused() {
     );
     set_mode(&dir, 0o700);
     cache_runtime(&dir).expect("a private cache is used");
-    // SAFETY: chown(2) on a path we created; the tests run as root or fail below.
     let owned = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: chown(2) on a path we created, through a NUL-terminated copy of it.
     assert_eq!(unsafe { libc::chown(owned.as_ptr(), 65534, 65534) }, 0, "chown needs root");
     let err = cache_runtime(&dir).err().expect("another user's cache is refused");
     assert!(err.to_string().contains("belongs to uid 65534"), "{err}");

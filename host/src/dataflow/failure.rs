@@ -22,8 +22,9 @@ pub enum TaskFailure {
     /// Another instance of the job took its transactional id over.
     #[error("{0}")]
     Fenced(String),
+    /// Boxed: the largest error, and failures travel in every task's `Result`.
     #[error("{error}")]
-    Operator { error: OperatorError, origins: Vec<Origin> },
+    Operator { error: Box<OperatorError>, origins: Vec<Origin> },
     #[error(
         "record {topic}/{partition}@{offset} crashed the plugin again after a restart: {error}; \
          set [sink].dead_letter_topic to divert such records and keep the job running",
@@ -47,7 +48,7 @@ pub enum TaskFailure {
 
 impl TaskFailure {
     pub(crate) fn operator(error: OperatorError) -> TaskFailure {
-        TaskFailure::Operator { error, origins: Vec::new() }
+        TaskFailure::Operator { error: Box::new(error), origins: Vec::new() }
     }
 
     /// Failures a restart cannot cure: the job must stop and say why.
@@ -60,7 +61,7 @@ impl TaskFailure {
             TaskFailure::Store(e) => !matches!(e, StoreError::Rocks { .. }),
             TaskFailure::Recovery(e) => !matches!(e, RecoveryError::Unreachable { .. } | RecoveryError::Offsets { .. }),
             TaskFailure::Operator { error, .. } => {
-                matches!(error, OperatorError::Init { .. } | OperatorError::Instantiate { .. })
+                matches!(**error, OperatorError::Init { .. } | OperatorError::Instantiate { .. })
             }
             TaskFailure::Stopped
             | TaskFailure::Kafka(_)

@@ -110,8 +110,7 @@ fn spawn_sources<'scope>(
     for (index, (outputs, partitions)) in outputs.into_iter().zip(starts).enumerate() {
         let (control_tx, control_rx) = bounded(CONTROL_MESSAGES);
         control.push(control_tx);
-        let consumer = source::consumer(&job.source.brokers, &job.name, &job.source.kafka)
-            .map_err(|e| TaskFailure::Kafka(format!("creating a consumer for {}: {e}", job.source.brokers)))?;
+        let consumer = recover::consumer(job)?;
         let task = SourceTask {
             index,
             topic: job.source.topic.clone(),

@@ -83,7 +83,7 @@ impl OperatorTask {
         }
         match self.instance.process(&records.batch) {
             Ok(output) => self.emit(output),
-            Err(error) => Err(TaskFailure::Operator { error, origins: records.origins }),
+            Err(error) => Err(TaskFailure::Operator { error: Box::new(error), origins: records.origins }),
         }
     }
 
@@ -115,7 +115,7 @@ impl OperatorTask {
                     let letter = DeadLetter { records: one, operator: self.name.clone(), error: error.to_string() };
                     self.send(0, Message::DeadLetter(letter))?;
                 }
-                Err(error) => return Err(TaskFailure::Operator { error, origins: vec![origin] }),
+                Err(error) => return Err(TaskFailure::Operator { error: Box::new(error), origins: vec![origin] }),
             }
         }
         Ok(())

@@ -70,7 +70,8 @@ pub(super) fn shape(job: &Job) -> Shape {
     }
 }
 
-fn consumer(job: &Job) -> Result<BaseConsumer, TaskFailure> {
+/// A consumer of the job's group on its source brokers.
+pub(super) fn consumer(job: &Job) -> Result<BaseConsumer, TaskFailure> {
     source::consumer(&job.source.brokers, &job.name, &job.source.kafka)
         .map_err(|e| TaskFailure::Kafka(format!("creating a consumer for {}: {e}", job.source.brokers)))
 }

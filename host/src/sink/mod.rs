@@ -273,10 +273,10 @@ impl Sink {
 
     /// Drops what the open transaction holds (on shutdown, after the final commit).
     pub(crate) fn abort(&self) {
-        if self.delivery == Delivery::ExactlyOnce {
-            if let Err(error) = self.producer.abort_transaction(TXN_TIMEOUT) {
-                tracing::warn!("aborting the open transaction on shutdown: {error}");
-            }
+        if self.delivery == Delivery::ExactlyOnce
+            && let Err(error) = self.producer.abort_transaction(TXN_TIMEOUT)
+        {
+            tracing::warn!("aborting the open transaction on shutdown: {error}");
         }
     }
 
