@@ -1,5 +1,5 @@
 //! A checkpoint written by an earlier weir still restores. The store in
-//! `tests/fixtures/checkpoint-format-0` was written by weir 0.1.0 (checkpoint format 0:
+//! `tests/fixtures/checkpoint-format-0` was written by weir at commit e4e419b (format 0:
 //! JSON source entries, a shape without a format) running window-count at parallelism 2
 //! over 60 records of 6 keys in one-hour windows, stopped by SIGTERM after its final
 //! checkpoint. Today's decoder must read it, and today's plugin must restore it.

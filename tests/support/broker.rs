@@ -1,7 +1,10 @@
 //! A broker of a test's own, for the tests that freeze, kill and restart one: the other
 //! tests run at the same time against the shared broker, which must stay up. It is
 //! started by `scripts/kafka/kafka` on free ports in a temporary directory and stopped
-//! when dropped; while it lives, `support::brokers()` on the owning thread names it.
+//! when dropped; while it lives, `support::brokers()` on the owning thread (only: a
+//! thread the test spawns sees the shared broker) names it. A run killed before the
+//! drop leaves it running: `scripts/test` stops every broker whose directory carries
+//! its run id (`WEIR_TEST_RUN`) when it exits.
 
 use std::cell::RefCell;
 use std::net::TcpListener;
@@ -12,6 +15,12 @@ thread_local! {
     /// The private broker this thread's test runs against, if any.
     static PRIVATE: RefCell<Option<String>> = const { RefCell::new(None) };
 }
+
+/// How many times a start is tried, each on new ports: a port found free can be taken
+/// by another process before the broker binds it.
+const START_ATTEMPTS: usize = 3;
+/// Where the data directories of private brokers begin, so a wrapper can find them.
+pub const DATA_PREFIX: &str = "weir-private-broker-";
 
 /// The private broker of this thread's test, if it has one.
 pub(super) fn private() -> Option<String> {
@@ -27,14 +36,18 @@ pub struct PrivateBroker {
 impl PrivateBroker {
     /// Starts a broker and points this thread's `support::brokers()` at it.
     pub fn start() -> PrivateBroker {
-        let broker = PrivateBroker {
-            port: free_port(),
-            controller_port: free_port(),
-            data: tempfile::tempdir().expect("a directory for the private broker"),
-        };
-        broker.run("start");
-        PRIVATE.with(|private| *private.borrow_mut() = Some(format!("127.0.0.1:{}", broker.port)));
-        broker
+        for attempt in 1..=START_ATTEMPTS {
+            let (port, controller_port) = free_ports();
+            let prefix = format!("{DATA_PREFIX}{}-", std::env::var("WEIR_TEST_RUN").unwrap_or_default());
+            let data = tempfile::Builder::new().prefix(&prefix).tempdir().expect("a directory for the private broker");
+            let broker = PrivateBroker { port, controller_port, data };
+            if broker.script("start").status().is_ok_and(|status| status.success()) {
+                PRIVATE.with(|private| *private.borrow_mut() = Some(format!("127.0.0.1:{port}")));
+                return broker;
+            }
+            eprintln!("private broker on ports {port}/{controller_port} did not start (attempt {attempt} of {START_ATTEMPTS})");
+        }
+        panic!("no private broker started in {START_ATTEMPTS} attempts; see the scripts/kafka/kafka output above");
     }
 
     /// Runs `scripts/kafka/kafka <command>` on this broker; panics if it fails.
@@ -80,8 +93,10 @@ fn script_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/kafka")
 }
 
-/// A port nothing listens on now (the broker binds it a few seconds later).
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free port");
-    listener.local_addr().expect("a bound address").port()
+/// Two distinct ports nothing listens on now (the broker binds them seconds later).
+fn free_ports() -> (u16, u16) {
+    let bind = || TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    let (first, second) = (bind(), bind());
+    let port = |listener: &TcpListener| listener.local_addr().expect("a bound address").port();
+    (port(&first), port(&second))
 }

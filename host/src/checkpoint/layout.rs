@@ -5,13 +5,19 @@
 //!
 //! | format | shape (the manifest's metadata) | source entry | operator entry |
 //! |---|---|---|---|
-//! | 0 (weir 0.1.0) | JSON, no `format` field | JSON list of partition states | watermark i64le, guest bytes |
-//! | 1 | JSON with `"format": 1` | packed: count u32le, then per partition i32le, i64le, i64le | as format 0 |
+//! | 0 (up to commit e4e419b) | JSON, no `format` field | JSON list of partition states | watermark i64le, guest bytes |
+//! | 1 | JSON `{"format": 1, "shape": {..}}` | packed: count u32le, then per partition i32le, i64le, i64le | as format 0 |
+//!
+//! Format 1 nests the shape so that a weir that reads only format 0 refuses it as an
+//! unreadable job description (it cannot go back) rather than reading its packed
+//! entries as corrupt JSON. Each format's serde structs are its own and frozen: the
+//! types the engine uses may change without changing how an old checkpoint reads.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::store::Checkpoint;
 
@@ -44,17 +50,29 @@ impl fmt::Display for TaskId {
 impl TaskId {
     /// The inverse of `Display`; `None` for a name no format has used.
     pub fn parse(name: &str) -> Option<TaskId> {
-        let number = |text: &str| text.parse::<u32>().ok().filter(|_| !text.starts_with('+'));
+        // Digits only, without leading zeros: one name per task.
+        let canonical = |text: &str| {
+            !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'))
+        };
+        let number = |text: &str| text.parse::<u32>().ok().filter(|_| canonical(text));
         match name.split('/').collect::<Vec<_>>().as_slice() {
             ["source", index] => Some(TaskId::Source { index: number(index)? }),
             ["op", stage, subtask] => Some(TaskId::Operator { stage: number(stage)?, subtask: number(subtask)? }),
             _ => None,
         }
     }
+
+    /// Whether a job of `shape` has this task.
+    fn fits(&self, shape: &Shape) -> bool {
+        match *self {
+            TaskId::Source { index } => index < shape.parallelism,
+            TaskId::Operator { stage, subtask } => (stage as usize) < shape.operators.len() && subtask < shape.parallelism,
+        }
+    }
 }
 
 /// What a source task checkpoints for one partition.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartitionState {
     pub partition: i32,
     /// The offset of the next record to read: a real offset, never a logical one.
@@ -65,7 +83,7 @@ pub struct PartitionState {
 
 /// What a checkpoint's state is valid for: state is per subtask, so it only restores
 /// into the same chain at the same parallelism reading the same topic.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub parallelism: u32,
     pub operators: Vec<String>,
@@ -108,15 +126,46 @@ impl FormatError {
     }
 }
 
+/// The job shape as formats 0 and 1 write it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShapeV0 {
+    parallelism: u32,
+    operators: Vec<String>,
+    source_topic: String,
+}
+
+/// Format 1's metadata: the format, and the shape nested under it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetaV1 {
+    format: u32,
+    shape: ShapeV0,
+}
+
+/// A partition of a format-0 source entry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionV0 {
+    partition: i32,
+    next_offset: i64,
+    max_timestamp: i64,
+}
+
+impl From<ShapeV0> for Shape {
+    fn from(v0: ShapeV0) -> Shape {
+        Shape { parallelism: v0.parallelism, operators: v0.operators, source_topic: v0.source_topic }
+    }
+}
+
 /// The manifest's metadata for `shape`, in this build's format.
 pub fn encode_shape(shape: &Shape) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Versioned<'a> {
-        format: u32,
-        #[serde(flatten)]
-        shape: &'a Shape,
-    }
-    serde_json::to_vec(&Versioned { format: FORMAT, shape }).expect("a shape serializes")
+    let shape = ShapeV0 {
+        parallelism: shape.parallelism,
+        operators: shape.operators.clone(),
+        source_topic: shape.source_topic.clone(),
+    };
+    serde_json::to_vec(&MetaV1 { format: FORMAT, shape }).expect("a shape serializes")
 }
 
 /// A source task's entry, in this build's format.
@@ -146,45 +195,55 @@ pub fn decode(checkpoint: &Checkpoint) -> Result<Snapshot, FormatError> {
     let mut snapshot =
         Snapshot { n: checkpoint.n, format, shape, partitions: BTreeMap::new(), operators: BTreeMap::new() };
     for (name, bytes) in &checkpoint.tasks {
-        match TaskId::parse(name) {
+        match TaskId::parse(name).filter(|task| task.fits(&snapshot.shape)) {
             Some(TaskId::Source { .. }) => {
                 for state in decode_source(format, name, bytes)? {
-                    snapshot.partitions.insert(state.partition, state);
+                    if snapshot.partitions.insert(state.partition, state).is_some() {
+                        let detail = format!("partition {} is also in another source entry", state.partition);
+                        return Err(FormatError::entry(name, detail));
+                    }
                 }
             }
             Some(TaskId::Operator { stage, subtask }) => {
                 let state = decode_operator(name, bytes)?;
                 snapshot.operators.insert((stage, subtask), state);
             }
-            None => return Err(FormatError::entry(name, "no weir task has this name")),
+            None => return Err(FormatError::entry(name, "no task of the checkpoint's job shape has this name")),
         }
     }
     Ok(snapshot)
 }
 
 fn decode_shape(meta: &[u8]) -> Result<(u32, Shape), FormatError> {
-    #[derive(Deserialize)]
-    struct Version {
-        #[serde(default)]
-        format: u32,
-    }
     let corrupt = |e: serde_json::Error| FormatError::Corrupt {
         task: None,
         detail: format!("its job shape is unreadable: {e}"),
     };
-    let Version { format } = serde_json::from_slice(meta).map_err(corrupt)?;
-    if format > FORMAT {
-        return Err(FormatError::Newer { found: format });
+    let value: Value = serde_json::from_slice(meta).map_err(corrupt)?;
+    let format = match value.get("format") {
+        None => 0,
+        Some(found) => found.as_u64().and_then(|f| u32::try_from(f).ok()).ok_or_else(|| FormatError::Corrupt {
+            task: None,
+            detail: format!("its format is {found}, not a format number"),
+        })?,
+    };
+    match format {
+        0 => Ok((0, serde_json::from_value::<ShapeV0>(value).map_err(corrupt)?.into())),
+        1 => Ok((1, serde_json::from_value::<MetaV1>(value).map_err(corrupt)?.shape.into())),
+        newer => Err(FormatError::Newer { found: newer }),
     }
-    // Formats 0 and 1 record the same fields; a later format that renames one adds its
-    // own struct here and converts it.
-    let shape: Shape = serde_json::from_slice(meta).map_err(corrupt)?;
-    Ok((format, shape))
 }
 
 fn decode_source(format: u32, name: &str, bytes: &[u8]) -> Result<Vec<PartitionState>, FormatError> {
     if format == 0 {
-        return serde_json::from_slice(bytes).map_err(|e| FormatError::entry(name, format!("unreadable: {e}")));
+        let partitions: Vec<PartitionV0> =
+            serde_json::from_slice(bytes).map_err(|e| FormatError::entry(name, format!("unreadable: {e}")))?;
+        let state = |p: PartitionV0| PartitionState {
+            partition: p.partition,
+            next_offset: p.next_offset,
+            max_timestamp: p.max_timestamp,
+        };
+        return Ok(partitions.into_iter().map(state).collect());
     }
     let (count, packed) = bytes.split_first_chunk::<4>().ok_or_else(|| FormatError::entry(name, "shorter than its count"))?;
     let count = u32::from_le_bytes(*count) as usize;
@@ -242,7 +301,7 @@ mod tests {
         assert_eq!(operator.to_string(), "op/1/12");
         assert_eq!(TaskId::parse("source/3"), Some(source));
         assert_eq!(TaskId::parse("op/1/12"), Some(operator));
-        for bad in ["source/", "source/-1", "source/+1", "op/1", "op/1/2/3", "sink/0", ""] {
+        for bad in ["source/", "source/-1", "source/+1", "source/01", "op/1", "op/1/2/3", "op/01/0", "sink/0", ""] {
             assert_eq!(TaskId::parse(bad), None, "{bad}");
         }
     }
@@ -279,19 +338,22 @@ mod tests {
 
     #[test]
     fn a_newer_format_is_refused_by_name() {
-        let meta = br#"{"format":99,"parallelism":1,"operators":[],"source_topic":"t"}"#;
+        let meta = br#"{"format":99,"shape":{"parallelism":1,"operators":[],"source_topic":"t"}}"#;
         let error = decode(&checkpoint(meta, &[])).expect_err("refused");
         assert!(matches!(error, FormatError::Newer { found: 99 }), "{error}");
     }
 
     #[test]
     fn damaged_entries_name_their_task() {
-        let meta = encode_shape(&Shape { parallelism: 1, operators: vec![], source_topic: "t".into() });
-        let cases: [(&str, Vec<u8>); 4] = [
+        let meta = encode_shape(&Shape { parallelism: 1, operators: vec!["count".into()], source_topic: "t".into() });
+        let cases: [(&str, Vec<u8>); 7] = [
             ("source/0", vec![1, 0, 0, 0, 1]),
             ("source/0", vec![]),
             ("op/0/0", vec![1, 2, 3]),
             ("sink/0", vec![]),
+            ("source/1", encode_source(&[])),
+            ("op/1/0", encode_operator(0, b"")),
+            ("op/0/1", encode_operator(0, b"")),
         ];
         for (name, bytes) in cases {
             match decode(&checkpoint(&meta, &[(name, bytes)])) {
@@ -299,6 +361,29 @@ mod tests {
                 other => panic!("{name}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_partition_in_two_source_entries_is_refused() {
+        let meta = encode_shape(&Shape { parallelism: 2, operators: vec![], source_topic: "t".into() });
+        let state = PartitionState { partition: 3, next_offset: 1, max_timestamp: 0 };
+        let stored = checkpoint(&meta, &[("source/0", encode_source(&[state])), ("source/1", encode_source(&[state]))]);
+        match decode(&stored) {
+            Err(FormatError::Corrupt { task: Some(task), detail }) => {
+                assert_eq!(task, "source/1");
+                assert!(detail.contains("partition 3"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn format_one_metadata_is_not_a_format_zero_shape() {
+        // What the format-0 reader parses the metadata into: it must fail, so a weir that
+        // knows only format 0 calls the checkpoint unreadable rather than misreading it.
+        let meta = encode_shape(&Shape { parallelism: 1, operators: vec![], source_topic: "t".into() });
+        assert!(serde_json::from_slice::<ShapeV0>(&meta).is_err());
+        assert!(serde_json::from_slice::<serde_json::Value>(&meta).unwrap().get("parallelism").is_none());
     }
 
     #[test]

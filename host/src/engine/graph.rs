@@ -39,12 +39,13 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, suspects: &HashSet<
     let stages = job.operators.len();
     let (events_tx, events_rx) = bounded::<Event>(4 * parallelism * (stages + 2) + 16);
     let (committed_tx, committed_rx) = bounded::<u64>(1);
-    // edges[k] leads into stage k; edges[stages] into the sink.
-    let mut edges: Vec<Edge> = (0..=stages)
-        .map(|stage| wire(parallelism, stage < stages && job.operators[stage].key_by, stage == stages))
-        .collect();
 
     let outcome = std::thread::scope(|scope| {
+        // edges[k] leads into stage k; edges[stages] into the sink. Owned by this closure,
+        // so an early return drops every channel end and no spawned task blocks for ever.
+        let mut edges: Vec<Edge> = (0..=stages)
+            .map(|stage| wire(parallelism, stage < stages && job.operators[stage].key_by, stage == stages))
+            .collect();
         let mut handles = Vec::new();
         let first = std::mem::take(&mut edges[0].0);
         let control = spawn_sources(engine, scope, sources, first, &events_tx, &mut handles)?;
