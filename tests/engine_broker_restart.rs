@@ -45,10 +45,6 @@ impl Drop for Frozen<'_> {
     }
 }
 
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
 fn window_count_job(prefix: &str) -> JobDir {
     let job = job::job_dir(prefix);
     support::create_topic(&job.input, PARTITIONS);
@@ -66,14 +62,14 @@ fn finish_exactly(job: &JobDir, mut child: Child, input: &[clicks::Input], log: 
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut hung = 0;
     while !tail.until_while(expected.len(), Duration::from_secs(1), &mut child) {
-        assert!(Instant::now() < deadline, "output incomplete ({} of {}); log:\n{}", tail.records.len(), expected.len(), read(log));
+        assert!(Instant::now() < deadline, "output incomplete ({} of {}); log:\n{}", tail.records.len(), expected.len(), job::read_log(log));
         if let Some(status) = child.try_wait().expect("waiting for weir") {
-            assert_eq!(status.code(), Some(EXIT_COMMIT_HUNG), "weir exited with {status}; log:\n{}", read(log));
+            assert_eq!(status.code(), Some(EXIT_COMMIT_HUNG), "weir exited with {status}; log:\n{}", job::read_log(log));
             hung += 1;
             child = job::start(&job.path(), log, &[LOG_SEALS]);
         }
     }
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "log:\n{}", read(log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "log:\n{}", job::read_log(log));
     let actual = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
     assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
     hung
@@ -101,7 +97,7 @@ fn a_job_killed_while_the_broker_stalls_its_first_commit_starts_again_exactly() 
     // Recovery finds no committed checkpoint but a sealed checkpoint 1 in the store.
     let child = job::start(&job.path(), &log, &[LOG_SEALS]);
     let hung = finish_exactly(&job, child, &input, &log);
-    assert_eq!(hung, 0, "no commit should hang once the broker runs again; log:\n{}", read(&log));
+    assert_eq!(hung, 0, "no commit should hang once the broker runs again; log:\n{}", job::read_log(&log));
 }
 
 #[test]
@@ -124,7 +120,7 @@ fn a_job_recovers_when_the_broker_is_killed_during_a_commit() {
         let _frozen = Frozen::broker(&broker);
         let deadline = Instant::now() + Duration::from_secs(30);
         while job::count_in_log(&log, "checkpoint sealed") <= job::count_in_log(&log, "checkpoint committed") {
-            assert!(Instant::now() < deadline, "no commit in flight within 30 s of the freeze:\n{}", read(&log));
+            assert!(Instant::now() < deadline, "no commit in flight within 30 s of the freeze:\n{}", job::read_log(&log));
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(broker.signal(libc::SIGKILL), "the broker died before it was killed");

@@ -28,7 +28,7 @@ fn stop_and_compare(job: &JobDir, child: &mut std::process::Child, input: &[clic
     let complete = tail.until_while(expected.len(), Duration::from_secs(180), child);
     let metrics = job::scrape_metrics(log);
     let status = job::terminate(child, Duration::from_secs(60));
-    let log_text = std::fs::read_to_string(log).unwrap_or_default();
+    let log_text = job::read_log(log);
     assert!(complete, "output incomplete after 180 s ({} of {}); log:\n{log_text}", tail.records.len(), expected.len());
     assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{log_text}");
     let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
@@ -172,13 +172,13 @@ fn kill_at_every_protocol_step(job: &JobDir, log: &std::path::Path) {
         let fault = format!("{step}:{n}");
         let mut child = job::start(&job.path(), log, &[("WEIR_FAULT", fault.as_str())]);
         let status = job::wait(&mut child, Duration::from_secs(90)).unwrap_or_else(|| {
-            panic!("WEIR_FAULT={fault} did not fire within 90 s; log:\n{}", std::fs::read_to_string(log).unwrap_or_default())
+            panic!("WEIR_FAULT={fault} did not fire within 90 s; log:\n{}", job::read_log(log))
         });
         assert_eq!(
             status.signal(),
             Some(libc::SIGKILL),
             "WEIR_FAULT={fault}: expected death by SIGKILL, got {status}; log:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
+            job::read_log(log)
         );
     }
     let text = std::fs::read_to_string(log).unwrap();
@@ -248,11 +248,11 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     clicks::assert_keys_spread(&input, PARTITIONS);
     // The last kill comes once the job has caught up; the restart is timed up to its first commit.
     let mut child = job::start(&job.path(), &log, &[]);
-    wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
+    wait_for_another(&log, "checkpoint committed", Duration::from_secs(60));
     job::kill(&mut child);
     let killed = Instant::now();
     let mut child = job::start(&job.path(), &log, &[]);
-    wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
+    wait_for_another(&log, "checkpoint committed", Duration::from_secs(60));
     let recovery = killed.elapsed();
     let _ = stop_and_compare(&job, &mut child, &input, &log);
     eprintln!(
@@ -292,7 +292,7 @@ fn at_least_once_loses_nothing_under_sigkill() {
             "at-least-once lost {} records, e.g. {:?}; log:\n{}",
             missing.len(),
             missing.iter().next().map(|(k, v)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v))),
-            std::fs::read_to_string(&log).unwrap_or_default()
+            job::read_log(&log)
         );
     }
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
@@ -309,6 +309,6 @@ fn at_least_once_loses_nothing_under_sigkill() {
 }
 
 /// Waits until the log has one more `needle` than it had when called.
-fn wait_for_log(log: &std::path::Path, needle: &str, within: Duration) {
+fn wait_for_another(log: &std::path::Path, needle: &str, within: Duration) {
     job::wait_for_more(log, needle, job::count_in_log(log, needle), within);
 }

@@ -19,18 +19,6 @@ fn log_of(job: &JobDir, name: &str) -> std::path::PathBuf {
     job.dir.path().join(name)
 }
 
-fn read(path: &std::path::Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn wait_for(path: &std::path::Path, needle: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    while !read(path).contains(needle) {
-        assert!(Instant::now() < deadline, "`{needle}` not in {} within {within:?}:\n{}", path.display(), read(path));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn window_count_job(prefix: &str, records: usize) -> (JobDir, Vec<clicks::Input>) {
     let job = job::job_dir(prefix);
     support::create_topic(&job.input, PARTITIONS);
@@ -68,7 +56,7 @@ fn consumer_lag_reads_zero_once_the_input_is_drained() {
     let log = log_of(&job, "weir.log");
     let mut child = job::start(&job.path(), &log, &[]);
     let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", read(&log));
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", job::read_log(&log));
 
     // Everything is read: the gauge must come down to 0 without another record arriving.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -78,7 +66,7 @@ fn consumer_lag_reads_zero_once_the_input_is_drained() {
         std::thread::sleep(Duration::from_millis(200));
         lag = consumer_lag(&job::scrape_metrics(&log), &job.input);
     }
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
     assert_exact(&job, &input);
 }
 
@@ -89,21 +77,21 @@ fn two_jobs_on_one_host_both_start_with_the_default_metrics_address() {
     let first_log = log_of(&first, "weir.log");
     let second_log = log_of(&second, "weir.log");
     let mut a = job::start_with_default_metrics(&first.path(), &first_log);
-    wait_for(&first_log, "metrics at http://", Duration::from_secs(60));
+    job::wait_for_log(&first_log, "metrics at http://", Duration::from_secs(60));
     let mut b = job::start_with_default_metrics(&second.path(), &second_log);
-    wait_for(&second_log, "metrics at http://", Duration::from_secs(60));
+    job::wait_for_log(&second_log, "metrics at http://", Duration::from_secs(60));
 
     // Whichever job got 127.0.0.1:9464 (or another process has it), the second did not:
     // it says so, names the address and how to choose one, and serves elsewhere.
-    wait_for(&second_log, "default address 127.0.0.1:9464 is unavailable", Duration::from_secs(5));
-    wait_for(&second_log, "--metrics-addr", Duration::from_secs(5));
+    job::wait_for_log(&second_log, "default address 127.0.0.1:9464 is unavailable", Duration::from_secs(5));
+    job::wait_for_log(&second_log, "--metrics-addr", Duration::from_secs(5));
     for (job, input, log, child) in [(&first, &first_input, &first_log, &mut a), (&second, &second_input, &second_log, &mut b)] {
         let mut tail = Tail::new(&job.output, PARTITIONS);
-        assert!(tail.until_while(clicks::window_counts(input, WINDOW_MS).len(), Duration::from_secs(120), child), "{}", read(log));
-        assert!(job::scrape_metrics(log).contains("weir_last_committed_checkpoint"), "no metrics served:\n{}", read(log));
+        assert!(tail.until_while(clicks::window_counts(input, WINDOW_MS).len(), Duration::from_secs(120), child), "{}", job::read_log(log));
+        assert!(job::scrape_metrics(log).contains("weir_last_committed_checkpoint"), "no metrics served:\n{}", job::read_log(log));
     }
-    assert!(job::terminate(&mut a, Duration::from_secs(60)).success(), "{}", read(&first_log));
-    assert!(job::terminate(&mut b, Duration::from_secs(60)).success(), "{}", read(&second_log));
+    assert!(job::terminate(&mut a, Duration::from_secs(60)).success(), "{}", job::read_log(&first_log));
+    assert!(job::terminate(&mut b, Duration::from_secs(60)).success(), "{}", job::read_log(&second_log));
     assert_exact(&first, &first_input);
     assert_exact(&second, &second_input);
 }
@@ -138,9 +126,9 @@ fn a_partition_that_never_receives_a_record_stops_holding_the_watermark() {
     let mut tail = Tail::new(&job.output, PARTITIONS);
     let expected = clicks::window_counts(&input, WINDOW_MS).len();
     let complete = tail.until_while(expected, Duration::from_secs(60), &mut child);
-    assert!(complete, "{} of {expected} windows fired; log:\n{}", tail.records.len(), read(&log));
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
-    let text = read(&log);
+    assert!(complete, "{} of {expected} windows fired; log:\n{}", tail.records.len(), job::read_log(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+    let text = job::read_log(&log);
     for partition in [2, 3] {
         let named = format!("partition={partition}");
         let idle = text.lines().any(|line| line.contains("partition idle") && line.contains(&named));
@@ -154,13 +142,13 @@ fn a_second_instance_on_a_held_state_dir_refuses_to_start() {
     let (job, input) = window_count_job("held", 2_000);
     let first_log = log_of(&job, "first.log");
     let mut first = job::start(&job.path(), &first_log, &[]);
-    wait_for(&first_log, "checkpoint committed", Duration::from_secs(60));
+    job::wait_for_log(&first_log, "checkpoint committed", Duration::from_secs(60));
 
     let second_log = log_of(&job, "second.log");
     let mut second = job::start(&job.path(), &second_log, &[]);
     let status = job::wait(&mut second, Duration::from_secs(30)).expect("the second instance must exit");
     assert!(!status.success());
-    let text = read(&second_log);
+    let text = job::read_log(&second_log);
     assert!(text.contains("in use by another weir process"), "unclear error:\n{text}");
     assert!(text.contains(&job.state_dir().display().to_string()), "the error must name the state_dir:\n{text}");
 
@@ -175,7 +163,7 @@ fn a_takeover_fences_the_old_instance_and_the_output_stays_exact() {
     let (job, input) = window_count_job("takeover", 30_000);
     let old_log = log_of(&job, "old.log");
     let mut old = job::start(&job.path(), &old_log, &[]);
-    wait_for(&old_log, "checkpoint committed", Duration::from_secs(60));
+    job::wait_for_log(&old_log, "checkpoint committed", Duration::from_secs(60));
 
     // Freeze the old instance and copy its store: a crash-consistent copy, as a
     // failover to another machine would have.
@@ -195,17 +183,17 @@ fn a_takeover_fences_the_old_instance_and_the_output_stays_exact() {
 
     let new_log = log_of(&job, "new.log");
     let mut new = job::start(&new_job, &new_log, &[]);
-    wait_for(&new_log, "recovered; running", Duration::from_secs(60));
+    job::wait_for_log(&new_log, "recovered; running", Duration::from_secs(60));
     // SAFETY: kill(2) on a child this test started; no memory is involved.
     unsafe { libc::kill(old.id() as i32, libc::SIGCONT) };
 
     let status = job::wait(&mut old, Duration::from_secs(90)).expect("the fenced instance must stop");
     assert!(!status.success(), "the fenced instance exited with {status}");
-    let text = read(&old_log);
+    let text = job::read_log(&old_log);
     assert!(text.contains("took over the job and fenced this one"), "unclear error:\n{text}");
 
     let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", read(&new_log));
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", job::read_log(&new_log));
     assert!(job::terminate(&mut new, Duration::from_secs(60)).success());
     assert_exact(&job, &input);
 }
@@ -215,8 +203,8 @@ fn finish_window_count(job: &JobDir, input: &[clicks::Input], log_name: &str) {
     let log = log_of(job, log_name);
     let mut child = job::start(&job.path(), &log, &[]);
     let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(clicks::window_counts(input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", read(&log));
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
+    assert!(tail.until(clicks::window_counts(input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", job::read_log(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
 }
 
 /// A pass-through job with the plugin that panics on values starting with `poison`;
@@ -247,8 +235,8 @@ fn poison_records_go_to_the_dead_letter_topic_and_the_rest_is_exact() {
     let mut child = job::start(&job.path(), &log, &[]);
     let good: Vec<_> = input.iter().filter(|r| !r.2.starts_with(b"poison")).collect();
     let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(good.len(), Duration::from_secs(120)), "{}", read(&log));
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", read(&log));
+    assert!(tail.until(good.len(), Duration::from_secs(120)), "{}", job::read_log(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
 
     let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
     let mut actual: Vec<(Vec<u8>, Vec<u8>)> = committed.into_iter().map(|(_, k, v)| (k.unwrap(), v)).collect();
@@ -289,7 +277,7 @@ fn a_poison_record_without_a_dead_letter_topic_stops_the_job_naming_it() {
     let mut child = job::start(&job.path(), &log, &[]);
     let status = job::wait(&mut child, Duration::from_secs(120)).expect("the job must stop by itself");
     assert!(!status.success());
-    let text = read(&log);
+    let text = job::read_log(&log);
     let first = input.iter().position(|r| r.2.starts_with(b"poison")).unwrap();
     let (partition, offset) = (input[first].0, first / PARTITIONS as usize);
     let named = format!("{}/{partition}@{offset}", job.input);
@@ -366,7 +354,7 @@ fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
     let mut child = job::start(&job.path(), &second, &[]);
     let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
     assert!(!status.success());
-    let text = read(&second);
+    let text = job::read_log(&second);
     assert!(text.contains("corrupt") && text.contains("op/0/0"), "unclear error:\n{text}");
     let after = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).len();
     assert_eq!(before, after, "a refused start must write nothing");
@@ -382,7 +370,7 @@ fn a_checkpoint_missing_from_the_store_refuses_to_start() {
     let mut child = job::start(&job.path(), &second, &[]);
     let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
     assert!(!status.success());
-    let text = read(&second);
+    let text = job::read_log(&second);
     assert!(text.contains("is not in the checkpoint store") && text.contains("refuses"), "unclear error:\n{text}");
     assert_exact(&job, &input);
 }
@@ -402,7 +390,7 @@ fn records_deleted_past_the_checkpoint_stop_the_job_instead_of_being_skipped() {
     let mut child = job::start(&job.path(), &second, &[]);
     let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must stop by itself");
     assert!(!status.success());
-    let text = read(&second);
+    let text = job::read_log(&second);
     assert!(text.contains("no longer on") && text.contains(&job.input), "unclear error:\n{text}");
     assert_exact(&job, &input);
 }
@@ -418,9 +406,9 @@ fn a_panicking_task_fails_the_attempt_at_once_and_names_the_task() {
     // exit within 30 s shows each panic ended its attempt at once.
     let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", "panic-in-operator:1")]);
     let status = job::wait(&mut child, Duration::from_secs(30))
-        .unwrap_or_else(|| panic!("a panicking task must fail the job within 30 s; log:\n{}", read(&log)));
-    assert!(!status.success(), "{}", read(&log));
-    let text = read(&log);
+        .unwrap_or_else(|| panic!("a panicking task must fail the job within 30 s; log:\n{}", job::read_log(&log)));
+    assert!(!status.success(), "{}", job::read_log(&log));
+    let text = job::read_log(&log);
     assert!(text.contains("restarting from the last committed checkpoint"), "the first panic must restart the job:\n{text}");
     let plugin = support::plugin("window-count");
     let named = "operator `count` subtask";

@@ -168,9 +168,20 @@ pub fn wait(child: &mut Child, within: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// A job's log as it stands ("" if there is none yet).
+pub fn read_log(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
 /// How many times `needle` occurs in the log of a job (0 if there is no log yet).
 pub fn count_in_log(log: &Path, needle: &str) -> usize {
-    std::fs::read_to_string(log).map(|text| text.matches(needle).count()).unwrap_or(0)
+    read_log(log).matches(needle).count()
+}
+
+/// Waits until `needle` is in the log, polling, for at most `within`; fails showing the
+/// log otherwise.
+pub fn wait_for_log(log: &Path, needle: &str, within: Duration) {
+    wait_for_more(log, needle, 0, within);
 }
 
 /// Waits until `needle` occurs more than `before` times in the log, polling, for at most
@@ -181,7 +192,7 @@ pub fn wait_for_more(log: &Path, needle: &str, before: usize, within: Duration) 
         assert!(
             Instant::now() < deadline,
             "`{needle}` not logged within {within:?}:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
+            read_log(log)
         );
         std::thread::sleep(Duration::from_millis(20));
     }
