@@ -21,5 +21,6 @@ mod operator_cli;
 mod operator_faults;
 mod operator_languages;
 mod operator_load;
+mod operator_py_total;
 mod operator_state;
 mod store;

@@ -30,7 +30,7 @@ fn assert_passes(name: &str, args: &[&str]) {
         "weir check {name} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("package:  weir:operator@0.1.0"), "{stdout}");
+    assert!(stdout.contains("package:  weir:operator@0.2.0"), "{stdout}");
     assert!(
         stdout.contains(&format!(
             "ok: {} can run as a weir operator",

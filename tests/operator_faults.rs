@@ -65,7 +65,7 @@ fn a_trap_is_reported_with_the_panic_message_and_the_instance_recovers() {
 
 #[test]
 fn a_guest_error_is_not_a_trap() {
-    // window-count refuses a snapshot taken with another window size: a guest `Err`.
+    // window-count refuses state written with another window size: a guest `Err`.
     let plugin = load("window-count");
     let new = |window: &str| {
         OperatorInstance::new(
@@ -76,7 +76,9 @@ fn a_guest_error_is_not_a_trap() {
         )
         .unwrap()
     };
-    let snapshot = new("100").snapshot().unwrap();
+    let mut first = new("100");
+    first.process(&batch(&[(Some("k"), "x", 5)])).unwrap();
+    let snapshot = common::changes(&mut first);
     let mut other = new("200");
     let err = other.restore(&snapshot).unwrap_err();
     assert!(
@@ -118,7 +120,7 @@ fn an_endless_loop_is_stopped_by_the_deadline() {
 
     // Its other exports work: the fresh instance answers.
     assert_eq!(op.on_watermark(10).unwrap().len(), 0);
-    op.snapshot().unwrap_or_else(|err| panic!("{err}"));
+    op.snapshot(1 << 20).unwrap_or_else(|err| panic!("{err}"));
     // And a second runaway call is stopped just the same.
     let started = Instant::now();
     assert!(matches!(
@@ -152,7 +154,7 @@ fn unbounded_memory_growth_hits_the_cap() {
         op.memory_in_use() < limits.memory_bytes / 2,
         "the fresh instance starts small"
     );
-    op.snapshot().unwrap_or_else(|err| panic!("{err}"));
+    op.snapshot(1 << 20).unwrap_or_else(|err| panic!("{err}"));
 }
 
 #[test]
@@ -318,17 +320,29 @@ fn tables_count_against_the_memory_cap() {
 }
 
 #[test]
-fn a_snapshot_over_128_mib_fits_when_the_memory_limit_allows_it() {
+fn a_state_entry_over_128_mib_fits_when_the_memory_limit_allows_it() {
     // wasmtime's default allows 128 MiB from guest to host per call; the host
-    // budget follows the memory limit instead.
+    // budget follows the memory limit instead. One entry may exceed the chunk size;
+    // the guest holds it twice while building its chunk.
     let limits = Limits {
-        memory_bytes: 256 << 20,
+        memory_bytes: 320 << 20,
         call_timeout: Duration::from_secs(20),
         ..Limits::default()
     };
-    let mut op = bad_output(limits, &[("snapshot_mb", "130")]);
-    let snapshot = op.snapshot().unwrap_or_else(|err| panic!("{err}"));
-    assert_eq!(snapshot.len(), 130 << 20);
+    let mut op = bad_output(limits, &[("state", "big:130")]);
+    let chunk = op.snapshot(1 << 20).unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!((chunk.len(), chunk.data_len()), (1, 3 + (130 << 20)));
+    assert!(op.snapshot(1 << 20).unwrap().is_empty(), "the round ends");
+}
+
+#[test]
+fn malformed_state_changes_are_refused_with_what_is_wrong() {
+    let mut op = bad_output(Limits::default(), &[("state", "outside")]);
+    let err = op.snapshot(1 << 20).unwrap_err();
+    assert!(matches!(err, OperatorError::InvalidState { .. }), "{err:?}");
+    assert!(err.to_string().contains("snapshot returned malformed state changes"), "{err}");
+    assert!(err.to_string().contains("points at bytes"), "{err}");
+    assert_names_plugin(&err, "bad-output");
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! Checkpoints carry an operator's state exactly: for each stateful example
-//! plugin, running batches A then B in one instance gives the same output as
-//! running A, snapshotting, restoring into a new instance and running B there.
+//! plugin, running steps A then B in one instance gives the same output as running
+//! A with a checkpoint after every step (each one only the keys changed since the
+//! last), restoring the accumulated state into a new instance and running B there.
 
 use crate::operator_common as common;
 
-use common::{batch, config, load, records};
+use common::{Image, apply, batch, changes, config, load, records, restore};
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance};
 
@@ -28,8 +29,9 @@ fn run(
     }
 }
 
-/// Runs `first` then `second` straight through, and again with a snapshot and
-/// restore into a new instance between them; both must emit the same records.
+/// Runs `first` then `second` straight through, and again with incremental
+/// checkpoints through `first` and a restore into a new instance before `second`;
+/// both must emit the same records.
 fn assert_snapshot_is_transparent(
     plugin: &str,
     cfg: &[(&str, &str)],
@@ -49,13 +51,19 @@ fn assert_snapshot_is_transparent(
 
     let mut resumed = Vec::new();
     let mut before = new("before");
-    run(&mut before, first, &mut resumed);
-    let snapshot = before.snapshot().unwrap_or_else(|err| panic!("{err}"));
+    let mut image = Image::new();
+    let mut watermark = i64::MIN;
+    for step in first {
+        run(&mut before, std::slice::from_ref(step), &mut resumed);
+        apply(&mut image, &changes(&mut before));
+        if let Step::Watermark(w) = step {
+            watermark = *w;
+        }
+    }
     drop(before);
     let mut after = new("after");
-    after
-        .restore(&snapshot)
-        .unwrap_or_else(|err| panic!("{err}"));
+    restore(&mut after, &image, watermark);
+    assert!(changes(&mut after).is_empty(), "restored entries are not changes");
     run(&mut after, second, &mut resumed);
 
     assert!(
@@ -125,4 +133,22 @@ fn session_sum_snapshot_and_restore_continue_exactly() {
         &first,
         &second,
     );
+}
+
+#[test]
+fn py_total_snapshot_and_restore_continue_exactly() {
+    let first = [
+        Step::Process(batch(&[
+            (Some("a"), r#"{"n":2}"#, 1),
+            (Some("b"), r#"{"n":5}"#, 2),
+            (None, r#"{"n":1}"#, 3),
+        ])),
+        Step::Process(batch(&[(Some("a"), r#"{"n":3}"#, 4), (Some("c"), "not json", 5)])),
+    ];
+    let second = [Step::Process(batch(&[
+        (Some("a"), r#"{"n":10}"#, 6),
+        (Some("b"), r#"{"n":0.5}"#, 7),
+        (None, r#"{"n":1}"#, 8),
+    ]))];
+    assert_snapshot_is_transparent("py-total", &[("field", "n")], &first, &second);
 }

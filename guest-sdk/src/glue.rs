@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::log::Level;
 use crate::operator::Operator;
-use crate::packed::Batch;
+use crate::packed::{Batch, StateChunk};
 use crate::runner::Runner;
 
 pub mod bindings {
@@ -20,7 +20,7 @@ pub mod bindings {
         path: "../wit",
         // Lift batches straight into the SDK's own types: no copy between two
         // identical sets of structs.
-        with: { "weir:operator/types@0.1.0": crate::packed },
+        with: { "weir:operator/types@0.2.0": crate::packed },
         pub_export_macro: true,
         export_macro_name: "__export_operator_world",
     });
@@ -56,12 +56,16 @@ impl<O: Operator> bindings::Guest for Export<O> {
         with_runner::<O, _>(|runner| runner.on_watermark(watermark))
     }
 
-    fn snapshot() -> Result<Vec<u8>, String> {
-        with_runner::<O, _>(|runner| runner.snapshot())
+    fn snapshot(max_bytes: u32) -> Result<StateChunk, String> {
+        with_runner::<O, _>(|runner| runner.snapshot(max_bytes))
     }
 
-    fn restore(state: Vec<u8>) -> Result<(), String> {
-        with_runner::<O, _>(|runner| runner.restore(&state))
+    fn restore(chunk: StateChunk) -> Result<(), String> {
+        with_runner::<O, _>(|runner| runner.restore(&chunk))
+    }
+
+    fn restored(watermark: i64) -> Result<(), String> {
+        with_runner::<O, _>(|runner| runner.restored(watermark))
     }
 }
 

@@ -4,8 +4,10 @@
 //! This crate reduces that to one trait, [`Operator`], and one macro,
 //! [`export_operator!`]: records arrive as zero-copy [`Record`] views of a packed
 //! batch, output goes through an [`Emitter`], and the operator's [`Operator::State`]
-//! is snapshotted and restored through serde with a format version. [`window`] has
-//! keyed event-time windows (tumbling, sliding, session) fired by watermarks.
+//! is keyed: a checkpoint takes only the keys it changed, each entry encoded through
+//! serde with a format version ([`state`]). [`window`] has keyed event-time windows
+//! (tumbling, sliding, session) fired by watermarks; [`state::Keyed`] is a per-key
+//! map for everything else.
 //!
 //! The glue to the component model is compiled only for `wasm32`; natively the same
 //! operator runs through a [`Runner`], which is how tests and benchmarks call it.
@@ -16,38 +18,33 @@
 //! built with `cargo build --release --target wasm32-wasip2`:
 //!
 //! ```
-//! use serde::{Deserialize, Serialize};
+//! use weir_guest::state::StateImage;
 //! use weir_guest::window::TumblingWindows;
 //! use weir_guest::{Config, Emitter, Error, Operator, Record, Records, Runner};
 //!
 //! /// Sums the byte length of values per key in tumbling windows.
 //! pub struct BytesPerWindow;
 //!
-//! #[derive(Serialize, Deserialize)]
-//! pub struct State {
-//!     windows: TumblingWindows<u64>,
-//! }
-//!
 //! impl Operator for BytesPerWindow {
-//!     type State = State;
+//!     type State = TumblingWindows<u64>;
 //!
-//!     fn init(config: &Config) -> Result<(Self, State), Error> {
+//!     fn init(config: &Config) -> Result<(Self, Self::State), Error> {
 //!         config.deny_unknown(&["window_ms"])?;
 //!         let window_ms = config.require("window_ms", "a positive integer of milliseconds")?;
-//!         Ok((BytesPerWindow, State { windows: TumblingWindows::new(window_ms)? }))
+//!         Ok((BytesPerWindow, TumblingWindows::new(window_ms)?))
 //!     }
 //!
-//!     fn process(&mut self, state: &mut State, records: Records<'_>, _: &mut Emitter) -> Result<(), Error> {
+//!     fn process(&mut self, windows: &mut Self::State, records: Records<'_>, _: &mut Emitter) -> Result<(), Error> {
 //!         for record in records {
-//!             if let Some(total) = state.windows.accumulator(record.key.unwrap_or(b""), record.timestamp) {
+//!             if let Some(total) = windows.accumulator(record.key.unwrap_or(b""), record.timestamp) {
 //!                 *total += record.value.len() as u64;
 //!             }
 //!         }
 //!         Ok(())
 //!     }
 //!
-//!     fn on_watermark(&mut self, state: &mut State, watermark: i64, out: &mut Emitter) -> Result<(), Error> {
-//!         state.windows.fire(watermark, |window, key, total| {
+//!     fn on_watermark(&mut self, windows: &mut Self::State, watermark: i64, out: &mut Emitter) -> Result<(), Error> {
+//!         windows.fire(watermark, |window, key, total| {
 //!             out.emit(Some(key), total.to_string().as_bytes(), window.end - 1);
 //!         });
 //!         Ok(())
@@ -57,13 +54,15 @@
 //! // In Wasm this exports the component's functions; natively it expands to nothing.
 //! weir_guest::export_operator!(BytesPerWindow);
 //!
-//! // The same logic, driven natively.
+//! // The same logic, driven natively: a checkpoint takes the changed keys...
 //! let mut runner = Runner::<BytesPerWindow>::init(Config::from_pairs([("window_ms", "1000")]))?;
 //! runner.process_records(&[Record::new(Some(b"k"), b"abc", 5), Record::new(Some(b"k"), b"de", 999)])?;
-//! let snapshot = runner.snapshot()?;
+//! let mut checkpoint = StateImage::default();
+//! checkpoint.apply(&runner.changes()?)?;
 //!
+//! // ...and a fresh instance restores them.
 //! let mut restored = Runner::<BytesPerWindow>::init(Config::from_pairs([("window_ms", "1000")]))?;
-//! restored.restore(&snapshot)?;
+//! restored.restore_image(&checkpoint, i64::MIN)?;
 //! let out = restored.on_watermark_records(1000)?;
 //! assert_eq!((out[0].value.as_slice(), out[0].timestamp), (&b"5"[..], 999));
 //! # Ok::<(), Error>(())
@@ -80,6 +79,7 @@ pub mod packed;
 mod record;
 mod runner;
 pub mod snapshot;
+pub mod state;
 pub mod window;
 
 #[cfg(target_arch = "wasm32")]
@@ -89,7 +89,7 @@ pub mod glue;
 pub use config::Config;
 pub use emit::{Emitted, Emitter, ValueWriter};
 pub use error::Error;
-pub use operator::Operator;
+pub use operator::{EntryOf, Operator};
 pub use record::{Record, RecordIter, Records, sort_headers};
 pub use runner::{OwnedRecord, Runner, unpack};
 

@@ -1,34 +1,40 @@
 //! The trait a plugin author implements: the operator's whole contract with the host.
 //!
 //! Configuration lives in the operator value, everything that must survive a restart
-//! in its [`Operator::State`], which the SDK snapshots and restores through serde.
-
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+//! in its [`Operator::State`]: keyed state, which the SDK checkpoints key by key,
+//! only the keys that changed, and restores through serde.
 
 use crate::config::Config;
 use crate::emit::Emitter;
 use crate::error::Error;
 use crate::record::Records;
+use crate::state::KeyedState;
+
+/// One key's stored state for operator `O`: what [`Operator::upgrade_state`] returns.
+pub type EntryOf<O> = <<O as Operator>::State as KeyedState>::Entry;
 
 /// A stream operator.
 ///
 /// The host calls [`init`](Operator::init) once per instance, then
 /// [`process`](Operator::process) for each batch and
 /// [`on_watermark`](Operator::on_watermark) as event time advances. At a checkpoint
-/// the SDK snapshots the state; after a failure it restores the last committed one
-/// into a freshly initialised instance. Keep every piece of data that affects future
-/// output in `State`, or a restart will change the results.
+/// the SDK hands the host the keys whose state changed; after a failure the host
+/// restores the last committed state into a freshly initialised instance, each
+/// subtask the keys it owns. Keep every piece of data that affects future output in
+/// `State`, kept per record key, or a restart will change the results; what `self`
+/// holds beyond the configuration (counters for logs, say) starts afresh.
 ///
 /// A panic traps the instance: the host drops it, restores the last checkpoint and
 /// retries, then treats the record as poison. Return an [`Error`] instead for
 /// anything the job's owner should fix.
 pub trait Operator: Sized + 'static {
-    /// Everything that must survive a restart. Use `()` for a stateless operator.
-    type State: Serialize + DeserializeOwned + 'static;
+    /// Everything that must survive a restart, per key: a window helper
+    /// ([`TumblingWindows`](crate::window::TumblingWindows) and the others), a
+    /// [`Keyed`](crate::state::Keyed) map, or `()` for a stateless operator.
+    type State: KeyedState;
 
-    /// The version of `State`'s serialized shape. Bump it when the shape changes; a
-    /// snapshot of another version goes through [`Operator::upgrade_state`].
+    /// The version of the serialized shape of one key's state. Bump it when the shape
+    /// changes; an entry of another version goes through [`Operator::upgrade_state`].
     const STATE_VERSION: u16 = 1;
 
     /// Reads the configuration and returns the operator with its initial state.
@@ -55,21 +61,23 @@ pub trait Operator: Sized + 'static {
         Ok(())
     }
 
-    /// Checks a restored state against this instance's configuration, e.g. that a
-    /// window size did not change. Accepts everything by default.
+    /// Checks the restored state (once every entry is in) against this instance's
+    /// configuration. Accepts everything by default; the window helpers already
+    /// refuse entries of another window size or gap.
     fn check_restored(&self, state: &Self::State) -> Result<(), Error> {
         let _ = state;
         Ok(())
     }
 
-    /// Converts a snapshot `body` of state version `version` (not
+    /// Converts one key's entry `body` of state version `version` (not
     /// [`STATE_VERSION`](Operator::STATE_VERSION)); decode it with
     /// [`snapshot::decode_body`](crate::snapshot::decode_body). Refuses by default.
-    fn upgrade_state(version: u16, body: &[u8]) -> Result<Self::State, Error> {
+    fn upgrade_state(version: u16, body: &[u8]) -> Result<EntryOf<Self>, Error> {
         let _ = body;
         Err(Error::new(format!(
-            "snapshot holds state version {version} but this plugin reads version {}; restore \
-             it with the plugin build that took it, or implement Operator::upgrade_state",
+            "the checkpoint holds state version {version} but this plugin reads version {}; \
+             restore it with the plugin build that wrote it, or implement \
+             Operator::upgrade_state",
             Self::STATE_VERSION
         )))
     }

@@ -1,8 +1,10 @@
-//! The packed batch exactly as it crosses the component boundary (`weir:operator/types`).
+//! The packed batch and state chunk exactly as they cross the component boundary
+//! (`weir:operator/types`).
 //!
 //! The Wasm glue lifts the host's batch straight into these types and lowers the
 //! output from them; native callers (benchmarks, tests) build them with [`Batch::pack`].
 
+use crate::error::Error;
 use crate::record::Record;
 
 /// A batch of records: every key and value back to back in `data`, one [`Entry`]
@@ -132,6 +134,84 @@ impl Batch {
             timestamp,
         });
         index
+    }
+}
+
+/// State entries packed like a batch: keys and values back to back in `data`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateChunk {
+    /// Every key and value, back to back.
+    pub data: Vec<u8>,
+    /// One per key, in order.
+    pub entries: Vec<StateEntry>,
+}
+
+/// Where one state entry's key and (unless `removed`) new value lie in `data`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateEntry {
+    /// Where the key starts in `data`.
+    pub key_offset: u32,
+    /// The key's length in bytes.
+    pub key_len: u32,
+    /// Where the value starts in `data` (0 for a removal).
+    pub value_offset: u32,
+    /// The value's length in bytes (0 for a removal).
+    pub value_len: u32,
+    /// True when the key's state is gone.
+    pub removed: bool,
+}
+
+impl StateChunk {
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when the chunk holds no entry: the end of a snapshot round.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Appends `key` with its new `value`, or its removal for `None`.
+    pub fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let key_offset = offset_of(self.data.len());
+        self.data.extend_from_slice(key);
+        let value_offset = offset_of(self.data.len());
+        if let Some(value) = value {
+            self.data.extend_from_slice(value);
+        }
+        offset_of(self.data.len());
+        self.entries.push(StateEntry {
+            key_offset,
+            key_len: key.len() as u32,
+            value_offset: if value.is_some() { value_offset } else { 0 },
+            value_len: value.map_or(0, |v| v.len() as u32),
+            removed: value.is_none(),
+        });
+    }
+
+    /// Each entry's key and value (`None` for a removal), checked against `data`.
+    pub fn iter(&self) -> impl Iterator<Item = Result<(&[u8], Option<&[u8]>), Error>> {
+        self.entries.iter().enumerate().map(|(index, entry)| {
+            let slice = |offset: u32, len: u32, what: &str| {
+                let start = offset as usize;
+                start
+                    .checked_add(len as usize)
+                    .and_then(|end| self.data.get(start..end))
+                    .ok_or_else(|| {
+                        Error::new(format!(
+                            "state entry {index}: its {what} ({offset}+{len}) lies outside the \
+                             chunk's {} data bytes",
+                            self.data.len()
+                        ))
+                    })
+            };
+            let key = slice(entry.key_offset, entry.key_len, "key")?;
+            if entry.removed {
+                return Ok((key, None));
+            }
+            Ok((key, Some(slice(entry.value_offset, entry.value_len, "value")?)))
+        })
     }
 }
 

@@ -7,9 +7,13 @@ use crate::config::Config;
 use crate::emit::Emitter;
 use crate::error::Error;
 use crate::operator::Operator;
-use crate::packed::Batch;
+use crate::packed::{Batch, StateChunk};
 use crate::record::{Record, Records, sort_headers};
 use crate::snapshot;
+use crate::state::{Changes, KeyedState, StateImage};
+
+/// The chunk size of [`Runner::changes`] and [`Runner::restore_image`].
+const CHUNK_BYTES: usize = 1 << 20;
 
 /// One operator instance with its state, called like the host calls a plugin.
 ///
@@ -38,6 +42,8 @@ pub struct Runner<O: Operator> {
     state: O::State,
     /// The size of the last output, to size the next one without reallocating.
     last_output: (usize, usize),
+    /// The snapshot round being handed over, and the index of its next entry.
+    round: Option<(StateChunk, usize)>,
 }
 
 /// An emitted record, owned: what [`Runner::process_records`] returns.
@@ -61,6 +67,7 @@ impl<O: Operator> Runner<O> {
             operator,
             state,
             last_output: (0, 0),
+            round: None,
         })
     }
 
@@ -89,23 +96,84 @@ impl<O: Operator> Runner<O> {
         Ok(self.finish(out))
     }
 
-    /// `snapshot`: the state as versioned bytes.
-    pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
-        snapshot::encode(&self.state, O::STATE_VERSION)
+    /// `snapshot`: the next chunk of the keys changed since the previous round, within
+    /// `max_bytes` of data unless one entry alone is bigger; an empty chunk ends the
+    /// round.
+    pub fn snapshot(&mut self, max_bytes: u32) -> Result<StateChunk, Error> {
+        if self.round.is_none() {
+            let mut changes = Changes::new(O::STATE_VERSION);
+            self.state.drain_changes(&mut changes)?;
+            self.round = Some((changes.into_chunk(), 0));
+        }
+        let (round, next) = self.round.as_mut().expect("a round is in progress");
+        let mut chunk = StateChunk::default();
+        for entry in &round.entries[*next..] {
+            let size = (entry.key_len + entry.value_len) as usize;
+            if !chunk.is_empty() && chunk.data.len() + size > max_bytes as usize {
+                break;
+            }
+            let key = &round.data[entry.key_offset as usize..][..entry.key_len as usize];
+            let value = &round.data[entry.value_offset as usize..][..entry.value_len as usize];
+            chunk.push(key, (!entry.removed).then_some(value));
+            *next += 1;
+        }
+        if chunk.is_empty() {
+            self.round = None;
+        }
+        Ok(chunk)
     }
 
-    /// `restore`: replaces the state with a snapshot's, checked against the
-    /// configuration; on error the current state is kept.
-    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let snapshot = snapshot::parse(bytes)?;
-        let state = if snapshot.version == O::STATE_VERSION {
-            snapshot::decode_body(snapshot.body)?
-        } else {
-            O::upgrade_state(snapshot.version, snapshot.body)?
-        };
-        self.operator.check_restored(&state)?;
-        self.state = state;
+    /// `restore`: adds a chunk of checkpointed entries, upgrading entries of an older
+    /// state version.
+    pub fn restore(&mut self, chunk: &StateChunk) -> Result<(), Error> {
+        for entry in chunk.iter() {
+            let (key, value) = entry?;
+            let context = || format!("restoring key b\"{}\"", key.escape_ascii());
+            let Some(value) = value else {
+                return Err(Error::new("a restore holds only present keys, but got a removal")
+                    .context(context()));
+            };
+            let entry = snapshot::parse(value).map_err(|e| e.context(context()))?;
+            let state = if entry.version == O::STATE_VERSION {
+                snapshot::decode_body(entry.body)
+            } else {
+                O::upgrade_state(entry.version, entry.body)
+            };
+            let state = state.map_err(|e| e.context(context()))?;
+            self.state
+                .restore_entry(key, state)
+                .map_err(|e| e.context(context()))?;
+        }
         Ok(())
+    }
+
+    /// `restored`: ends a restore at event time `watermark` and checks the state
+    /// against the configuration.
+    pub fn restored(&mut self, watermark: i64) -> Result<(), Error> {
+        self.state.restored(watermark)?;
+        self.operator.check_restored(&self.state)
+    }
+
+    /// One whole snapshot round in one chunk: the keys changed since the last round.
+    pub fn changes(&mut self) -> Result<StateChunk, Error> {
+        let mut all = StateChunk::default();
+        loop {
+            let chunk = self.snapshot(CHUNK_BYTES as u32)?;
+            if chunk.is_empty() {
+                return Ok(all);
+            }
+            for (key, value) in chunk.iter().map(Result::unwrap) {
+                all.push(key, value);
+            }
+        }
+    }
+
+    /// Restores a whole materialized state, as a host does after a failure.
+    pub fn restore_image(&mut self, image: &StateImage, watermark: i64) -> Result<(), Error> {
+        for chunk in image.chunks(CHUNK_BYTES) {
+            self.restore(&chunk)?;
+        }
+        self.restored(watermark)
     }
 
     /// Packs plain records, runs them through [`Runner::process`] and unpacks the
@@ -161,154 +229,4 @@ pub fn unpack(batch: &Batch) -> Result<Vec<OwnedRecord>, Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::packed::Header;
-    use serde::{Deserialize, Serialize};
-
-    /// Sums values parsed as integers; state version 2 stores the sum as i64,
-    /// version 1 stored it as a u32.
-    struct Sum;
-
-    #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
-    struct SumState {
-        sum: i64,
-    }
-
-    impl Operator for Sum {
-        type State = SumState;
-        const STATE_VERSION: u16 = 2;
-
-        fn init(_: &Config) -> Result<(Self, SumState), Error> {
-            Ok((Sum, SumState::default()))
-        }
-
-        fn process(
-            &mut self,
-            state: &mut SumState,
-            records: Records<'_>,
-            _: &mut Emitter,
-        ) -> Result<(), Error> {
-            for record in records {
-                let text = std::str::from_utf8(record.value).map_err(|e| e.to_string())?;
-                state.sum += text.parse::<i64>().map_err(|e| format!("{text:?}: {e}"))?;
-            }
-            Ok(())
-        }
-
-        fn on_watermark(
-            &mut self,
-            state: &mut SumState,
-            wm: i64,
-            out: &mut Emitter,
-        ) -> Result<(), Error> {
-            out.emit(None, state.sum.to_string().as_bytes(), wm);
-            Ok(())
-        }
-
-        fn check_restored(&self, state: &SumState) -> Result<(), Error> {
-            if state.sum < 0 {
-                return Err("negative sum".into());
-            }
-            Ok(())
-        }
-
-        fn upgrade_state(version: u16, body: &[u8]) -> Result<SumState, Error> {
-            match version {
-                1 => Ok(SumState {
-                    sum: i64::from(snapshot::decode_body::<u32>(body)?),
-                }),
-                _ => Err(format!("unknown state version {version}").into()),
-            }
-        }
-    }
-
-    fn sum_of(runner: &mut Runner<Sum>) -> Vec<u8> {
-        runner.on_watermark_records(0).unwrap().remove(0).value
-    }
-
-    #[test]
-    fn snapshot_restores_into_a_fresh_instance() {
-        let mut runner = Runner::<Sum>::init(Config::default()).unwrap();
-        runner
-            .process_records(&[Record::new(None, b"40", 1), Record::new(None, b"2", 2)])
-            .unwrap();
-        let bytes = runner.snapshot().unwrap();
-        let mut fresh = Runner::<Sum>::init(Config::default()).unwrap();
-        fresh.restore(&bytes).unwrap();
-        assert_eq!(sum_of(&mut fresh), b"42");
-    }
-
-    #[test]
-    fn restore_upgrades_old_versions_and_refuses_unknown_ones() {
-        let mut runner = Runner::<Sum>::init(Config::default()).unwrap();
-        runner
-            .restore(&snapshot::encode(&7u32, 1).unwrap())
-            .unwrap();
-        assert_eq!(sum_of(&mut runner), b"7");
-
-        let error = runner
-            .restore(&snapshot::encode(&7u32, 3).unwrap())
-            .unwrap_err();
-        assert_eq!(error.message(), "unknown state version 3");
-        let error = runner
-            .restore(&snapshot::encode(&SumState { sum: -1 }, 2).unwrap())
-            .unwrap_err();
-        assert_eq!(error.message(), "negative sum");
-        assert_eq!(runner.state().sum, 7, "a failed restore keeps the state");
-    }
-
-    #[test]
-    fn default_upgrade_names_both_versions() {
-        struct Plain;
-        impl Operator for Plain {
-            type State = u8;
-            fn init(_: &Config) -> Result<(Self, u8), Error> {
-                Ok((Plain, 0))
-            }
-            fn process(
-                &mut self,
-                _: &mut u8,
-                _: Records<'_>,
-                _: &mut Emitter,
-            ) -> Result<(), Error> {
-                Ok(())
-            }
-        }
-        let mut runner = Runner::<Plain>::init(Config::default()).unwrap();
-        let error = runner
-            .restore(&snapshot::encode(&0u8, 5).unwrap())
-            .unwrap_err();
-        assert!(
-            error
-                .message()
-                .starts_with("snapshot holds state version 5 but this plugin reads version 1"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn errors_and_unordered_headers() {
-        let mut runner = Runner::<Sum>::init(Config::default()).unwrap();
-        let error = runner
-            .process_records(&[Record::new(None, b"x", 1)])
-            .unwrap_err();
-        assert!(error.message().contains("\"x\""), "{error}");
-
-        let mut batch = Batch::pack(&[Record::new(None, b"1", 1), Record::new(None, b"2", 2)]);
-        batch.headers = vec![
-            Header {
-                entry: 1,
-                name: "b".into(),
-                value: vec![],
-            },
-            Header {
-                entry: 0,
-                name: "a".into(),
-                value: vec![],
-            },
-        ];
-        runner.process(&batch).unwrap();
-        assert_eq!(runner.state().sum, 3);
-    }
-}
+mod tests;

@@ -1,72 +1,80 @@
-//! Versioned snapshots of an operator's state: the magic `WGST`, an encoding byte
-//! (1 = postcard), the author's state version as a little-endian u16, then the state.
-//! A snapshot of another version is refused unless the operator can upgrade it.
+//! Versioned state entries: each key's state is stored as an encoding byte (1 =
+//! postcard), the author's state version as a little-endian u16, then the state. An
+//! entry of another version is refused unless the operator can upgrade it.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 
-const MAGIC: [u8; 4] = *b"WGST";
 /// The body encoding this build writes and reads.
 const ENCODING_POSTCARD: u8 = 1;
-const HEADER_LEN: usize = MAGIC.len() + 1 + 2;
+const HEADER_LEN: usize = 1 + 2;
 
-/// A snapshot's header, checked, and its still-encoded body.
+/// An entry's header, checked, and its still-encoded body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Snapshot<'a> {
-    /// The state version the snapshot was written with.
+    /// The state version the entry was written with.
     pub version: u16,
     /// The encoded state; decode it with [`decode_body`].
     pub body: &'a [u8],
 }
 
-/// Encodes `state` as a snapshot of state version `version`.
-pub fn encode<S: Serialize>(state: &S, version: u16) -> Result<Vec<u8>, Error> {
-    let mut bytes = Vec::with_capacity(HEADER_LEN + 64);
-    bytes.extend_from_slice(&MAGIC);
-    bytes.push(ENCODING_POSTCARD);
-    bytes.extend_from_slice(&version.to_le_bytes());
-    postcard::to_extend(state, bytes)
-        .map_err(|e| Error::new(format!("snapshot: the operator state does not encode: {e}")))
+/// Appends `state` to `out` as an entry of state version `version`.
+pub fn encode_into<S: Serialize + ?Sized>(
+    state: &S,
+    version: u16,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    out.push(ENCODING_POSTCARD);
+    out.extend_from_slice(&version.to_le_bytes());
+    let buffer = std::mem::take(out);
+    *out = postcard::to_extend(state, buffer)
+        .map_err(|e| Error::new(format!("state: an entry does not encode: {e}")))?;
+    Ok(())
 }
 
-/// Checks a snapshot's header and splits off its body.
+/// `state` as an entry of state version `version`.
+pub fn encode<S: Serialize + ?Sized>(state: &S, version: u16) -> Result<Vec<u8>, Error> {
+    let mut bytes = Vec::with_capacity(HEADER_LEN + 16);
+    encode_into(state, version, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// Checks an entry's header and splits off its body.
 pub fn parse(bytes: &[u8]) -> Result<Snapshot<'_>, Error> {
-    if bytes.len() < HEADER_LEN || bytes[..MAGIC.len()] != MAGIC {
-        let start = &bytes[..bytes.len().min(HEADER_LEN)];
+    if bytes.len() < HEADER_LEN {
         return Err(Error::new(format!(
-            "snapshot is not a weir-guest state snapshot ({} bytes, starting b\"{}\"); \
-             restore only snapshots taken by this plugin",
-            bytes.len(),
-            start.escape_ascii()
+            "state entry of {} bytes is too short to be a weir-guest entry; restore only \
+             state written by this plugin",
+            bytes.len()
         )));
     }
-    let encoding = bytes[MAGIC.len()];
+    let encoding = bytes[0];
     if encoding != ENCODING_POSTCARD {
         return Err(Error::new(format!(
-            "snapshot body uses encoding {encoding}, which this build of weir-guest cannot \
-             read (it reads encoding {ENCODING_POSTCARD}); rebuild the plugin with a newer weir-guest"
+            "state entry uses encoding {encoding}, which this build of weir-guest cannot read \
+             (it reads encoding {ENCODING_POSTCARD}); it was written by another plugin or a \
+             newer weir-guest"
         )));
     }
-    let version = u16::from_le_bytes([bytes[MAGIC.len() + 1], bytes[MAGIC.len() + 2]]);
     Ok(Snapshot {
-        version,
+        version: u16::from_le_bytes([bytes[1], bytes[2]]),
         body: &bytes[HEADER_LEN..],
     })
 }
 
-/// Decodes a snapshot body, e.g. into an older state type inside
+/// Decodes an entry body, e.g. into an older state type inside
 /// [`Operator::upgrade_state`](crate::Operator::upgrade_state).
 pub fn decode_body<S: DeserializeOwned>(body: &[u8]) -> Result<S, Error> {
     let (state, rest) = postcard::take_from_bytes(body).map_err(|e| {
         Error::new(format!(
-            "snapshot state does not decode ({e}); it is corrupt or was taken by another plugin"
+            "state entry does not decode ({e}); it is corrupt or was written by another plugin"
         ))
     })?;
     if !rest.is_empty() {
         return Err(Error::new(format!(
-            "snapshot state is followed by {} unexpected bytes; it is corrupt or was taken by \
+            "state entry is followed by {} unexpected bytes; it is corrupt or was written by \
              another plugin",
             rest.len()
         )));
@@ -92,25 +100,19 @@ mod tests {
             names: vec!["a".into()],
         };
         let bytes = encode(&state, 7).unwrap();
-        assert_eq!(&bytes[..5], b"WGST\x01");
-        let snapshot = parse(&bytes).unwrap();
-        assert_eq!(snapshot.version, 7);
-        assert_eq!(decode_body::<State>(snapshot.body).unwrap(), state);
+        assert_eq!(&bytes[..3], b"\x01\x07\x00");
+        let entry = parse(&bytes).unwrap();
+        assert_eq!(entry.version, 7);
+        assert_eq!(decode_body::<State>(entry.body).unwrap(), state);
     }
 
     #[test]
-    fn refuses_foreign_bytes_unknown_encodings_and_trailing_garbage() {
-        let error = parse(b"garbage!").unwrap_err();
-        assert!(
-            error.message().starts_with(
-                "snapshot is not a weir-guest state snapshot (8 bytes, starting b\"garbage\")"
-            ),
-            "{error}"
-        );
-        assert!(parse(b"WG").is_err());
+    fn refuses_short_entries_unknown_encodings_and_trailing_garbage() {
+        let error = parse(b"\x01").unwrap_err();
+        assert!(error.message().contains("too short"), "{error}");
 
         let mut bytes = encode(&State::default(), 1).unwrap();
-        bytes[4] = 9;
+        bytes[0] = 9;
         let error = parse(&bytes).unwrap_err();
         assert!(error.message().contains("encoding 9"), "{error}");
 

@@ -9,7 +9,11 @@
 //! ```toml
 //! name = "clicks-per-user"        # the job id: consumer group of its committed offsets and
 //!                                 # transactional.id of its producer; [A-Za-z0-9._-], 1-200 chars
-//! parallelism = 2                 # subtasks per operator, 1..=64
+//! parallelism = 2                 # subtasks per operator, 1..=64 and at most key_groups; may
+//!                                 # change between runs: each subtask restores the key groups it owns
+//! key_groups = 128                # optional: the key groups keyed state is kept in, 1..=32768;
+//!                                 # default: the smallest multiple of the input's partition count
+//!                                 # that is at least 128; fixed by the job's first checkpoint
 //! checkpoint_interval_ms = 1000   # 10..=600000, and at most half the sink's transaction.timeout.ms
 //! state_dir = "state"             # the checkpoint store; relative to this file's directory
 //!
@@ -69,6 +73,8 @@ use crate::kafka_config::{self, Forced};
 
 /// Largest parallelism: subtasks per operator.
 pub const MAX_PARALLELISM: u32 = 64;
+/// Largest number of key groups.
+pub const MAX_KEY_GROUPS: u32 = 32_768;
 /// Checkpoint interval bounds, in milliseconds.
 pub const MIN_CHECKPOINT_INTERVAL_MS: u64 = 10;
 pub const MAX_CHECKPOINT_INTERVAL_MS: u64 = 600_000;
@@ -102,6 +108,10 @@ pub struct Job {
     /// Subtasks per operator, `1..=MAX_PARALLELISM`.
     #[serde(deserialize_with = "parallelism")]
     pub parallelism: u32,
+    /// The key groups of keyed state; `None`: the default for the input, or the
+    /// number the job's checkpoints recorded.
+    #[serde(default, deserialize_with = "key_groups")]
+    pub key_groups: Option<u32>,
     #[serde(deserialize_with = "checkpoint_interval_ms")]
     pub checkpoint_interval_ms: u64,
     /// The checkpoint store's directory.
@@ -155,7 +165,8 @@ pub struct Operator {
     pub name: String,
     /// The component file, absolute once loaded; it exists when `load`/`parse` return.
     pub plugin: PathBuf,
-    /// Route each record to subtask `hash(key) mod parallelism` rather than keep it local.
+    /// Route each record to the subtask owning its key's key group rather than keep it
+    /// local; an operator that keeps state needs it.
     #[serde(default)]
     pub key_by: bool,
     #[serde(
@@ -517,6 +528,10 @@ fn brokers<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 
 fn parallelism<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     in_range("parallelism", u32::deserialize(d)?, 1, MAX_PARALLELISM)
+}
+
+fn key_groups<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    in_range("key_groups", u32::deserialize(d)?, 1, MAX_KEY_GROUPS).map(Some)
 }
 
 fn checkpoint_interval_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

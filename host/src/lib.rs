@@ -14,3 +14,4 @@ pub mod metrics;
 pub mod operator;
 pub mod sink;
 pub mod source;
+pub mod state;

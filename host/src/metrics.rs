@@ -88,6 +88,10 @@ pub struct CheckpointMetrics {
     duration: Histogram,
     size_bytes: Gauge,
     last_committed: Gauge,
+    state_changes: Gauge,
+    state_change_bytes: Gauge,
+    restore_entries: Gauge,
+    restore_millis: Gauge,
 }
 
 impl CheckpointMetrics {
@@ -99,6 +103,18 @@ impl CheckpointMetrics {
             .set(i64::try_from(size_bytes).unwrap_or(i64::MAX));
         self.last_committed
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Records the keyed state changes of the checkpoint being committed.
+    pub fn state_changes(&self, entries: u64, bytes: u64) {
+        self.state_changes.set(i64::try_from(entries).unwrap_or(i64::MAX));
+        self.state_change_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Records a restore of keyed state: `entries` restored in `duration`.
+    pub fn restored(&self, entries: u64, duration: Duration) {
+        self.restore_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
+        self.restore_millis.set(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX));
     }
 }
 
@@ -164,7 +180,19 @@ impl Metrics {
             duration,
             size_bytes: Gauge::default(),
             last_committed: Gauge::default(),
+            state_changes: Gauge::default(),
+            state_change_bytes: Gauge::default(),
+            restore_entries: Gauge::default(),
+            restore_millis: Gauge::default(),
         };
+        for (name, help, gauge) in [
+            ("checkpoint_state_changes", "Keyed state entries changed or removed by the last committed checkpoint", &checkpoint.state_changes),
+            ("checkpoint_state_change_bytes", "Bytes of keys and values of those changes", &checkpoint.state_change_bytes),
+            ("restore_entries", "Keyed state entries restored by the last recovery", &checkpoint.restore_entries),
+            ("restore_duration_milliseconds", "How long the last recovery took to restore keyed state", &checkpoint.restore_millis),
+        ] {
+            registry.register(name, help, gauge.0.clone());
+        }
         registry.register(
             "checkpoint_size_bytes",
             "Snapshot bytes of the last committed checkpoint",

@@ -1,8 +1,10 @@
 // js-enrich: reshapes JSON record values. Each value that is a JSON object gets
 // its fields renamed (`rename`), fields set (`set`) and the record's event time
 // added as an ISO-8601 string (`event_time_field`); other values pass unchanged.
-// Stateless. Errors are thrown as strings, which the bindings return as `err`.
-import { log } from 'weir:operator/log@0.1.0';
+// Stateless: implements weir:operator@0.2 with empty snapshots and refuses to
+// restore state entries. Errors are thrown as strings, which the bindings return
+// as `err`.
+import { log } from 'weir:operator/log@0.2.0';
 
 const KNOWN_KEYS = ['rename', 'set', 'event_time_field'];
 
@@ -108,15 +110,18 @@ export function onWatermark(_watermark) {
   return { data: new Uint8Array(0), entries: [], headers: [] };
 }
 
-export function snapshot() {
-  return new Uint8Array(0);
+/** Nothing ever changes: every round is one empty chunk. */
+export function snapshot(_maxBytes) {
+  return { data: new Uint8Array(0), entries: [] };
 }
 
-export function restore(state) {
-  if (state.length !== 0) {
-    throw `js-enrich is stateless and takes empty snapshots, but was given ${state.length} bytes: restore a snapshot of this plugin`;
+export function restore(chunk) {
+  if (chunk.entries.length !== 0) {
+    throw `js-enrich is stateless and takes empty snapshots, but was given ${chunk.entries.length} state entries (${chunk.data.length} bytes): restore a snapshot of this plugin`;
   }
 }
+
+export function restored(_watermark) {}
 
 /** Packs output records back to back into one buffer. */
 class BatchBuilder {

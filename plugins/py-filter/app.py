@@ -2,7 +2,8 @@
 
 Config: `field` (a top-level field name) and `equals` (compared with a string field
 as is, with any other JSON value in its compact JSON form: `42`, `true`, `null`).
-Kept records pass unchanged, headers included; the rest are dropped. Stateless.
+Kept records pass unchanged, headers included; the rest are dropped. Stateless:
+implements weir:operator@0.2 with empty snapshots, and refuses to restore entries.
 """
 
 import json
@@ -77,10 +78,15 @@ class WitWorld(wit_world.WitWorld):
     def on_watermark(self, watermark):
         return types.Batch(data=b"", entries=[], headers=[])
 
-    def snapshot(self):
-        return b""
+    def snapshot(self, max_bytes):
+        # Nothing ever changes: every round is one empty chunk.
+        return types.StateChunk(data=b"", entries=[])
 
-    def restore(self, state):
-        if len(state) != 0:
+    def restore(self, chunk):
+        if chunk.entries:
             _fail(f"py-filter is stateless and takes empty snapshots, but was given "
-                  f"{len(state)} bytes: restore a snapshot of this plugin")
+                  f"{len(chunk.entries)} state entries ({len(chunk.data)} bytes): "
+                  "restore a snapshot of this plugin")
+
+    def restored(self, watermark):
+        pass

@@ -7,8 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use weir::batch::Batch;
-use weir::operator::{Limits, Plugin, Runtime, RuntimeConfig};
+use weir::operator::{Limits, OperatorInstance, Plugin, Runtime, RuntimeConfig};
+use weir::state::StateChunk;
 
 /// `$WEIR_PLUGINS_DIR`, else `<repo>/target/plugins`.
 pub fn plugins_dir() -> PathBuf {
@@ -100,4 +103,45 @@ pub fn scratch_file(name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, bytes).expect("write scratch file");
     path
+}
+
+/// A checkpoint's keyed state as the host keeps it: each key's latest entry.
+pub type Image = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// One whole snapshot round: every key changed since the last, in small chunks.
+pub fn changes(instance: &mut OperatorInstance) -> StateChunk {
+    let mut all = StateChunk::default();
+    loop {
+        let chunk = instance.snapshot(4096).unwrap_or_else(|err| panic!("{err}"));
+        if chunk.is_empty() {
+            return all;
+        }
+        for (key, value) in chunk.iter() {
+            all.push(key, value);
+        }
+    }
+}
+
+/// Applies a round of changes to the image of a checkpoint.
+pub fn apply(image: &mut Image, changes: &StateChunk) {
+    for (key, value) in changes.iter() {
+        match value {
+            Some(value) => image.insert(key.to_vec(), value.to_vec()),
+            None => image.remove(key),
+        };
+    }
+}
+
+/// Restores `image` into a fresh instance, in chunks of a few entries, and ends the
+/// restore at `watermark`.
+pub fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) {
+    let entries: Vec<_> = image.iter().collect();
+    for part in entries.chunks(3) {
+        let mut chunk = StateChunk::default();
+        for (key, value) in part {
+            chunk.push(key, Some(value));
+        }
+        instance.restore(&chunk).unwrap_or_else(|err| panic!("{err}"));
+    }
+    instance.restored(watermark).unwrap_or_else(|err| panic!("{err}"));
 }

@@ -1,14 +1,19 @@
 //! The store behind tumbling and sliding windows: same-size windows ordered by start
 //! (hence by end: a watermark completes a prefix), each with one accumulator per key.
 //! On this per-record path a lookup allocates nothing and tries the newest window first.
+//!
+//! Changes are tracked per slot: the first touch of a (window, key) since the last
+//! snapshot round sets its flag and notes it in its window; firing a window notes its
+//! keys. A round visits only what was noted, so its cost follows the change.
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
-use serde::de::{self, DeserializeOwned};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 use super::{NO_WATERMARK, Window, key};
+use crate::error::Error;
+use crate::state::{Changes, duplicate};
 
 #[derive(Debug)]
 pub(super) struct FixedWindows<A> {
@@ -17,8 +22,27 @@ pub(super) struct FixedWindows<A> {
     windows: VecDeque<Pane<A>>,
     /// The highest watermark fired: windows ending at or before it are gone.
     watermark: i64,
-    /// Records dropped because all their windows had already fired.
+    /// Records dropped because all their windows had already fired (not checkpointed).
     late: u64,
+    /// Keys of windows fired since the last snapshot round: their state changed.
+    fired: Vec<Box<[u8]>>,
+}
+
+/// One key's open windows as a checkpoint stores them: the window size (so a restore
+/// with another size is refused) and each window's start with its accumulator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowsEntry<A> {
+    /// The window size the entry was written with, in milliseconds.
+    pub size_ms: i64,
+    /// `(start, accumulator)` of each open window, by ascending start.
+    pub windows: Vec<(i64, A)>,
+}
+
+/// [`WindowsEntry`] borrowed: serializes to the same bytes.
+#[derive(Serialize)]
+struct EntryRef<'a, A> {
+    size_ms: i64,
+    windows: &'a [(i64, &'a A)],
 }
 
 /// One window: its keys back to back in `keys`, and a slot per key.
@@ -27,6 +51,8 @@ struct Pane<A> {
     start: i64,
     keys: Vec<u8>,
     slots: HashTable<Slot<A>>,
+    /// `(offset, len)` of the keys whose slot changed since the last snapshot round.
+    changed: Vec<(u32, u32)>,
 }
 
 #[derive(Debug)]
@@ -35,6 +61,8 @@ struct Slot<A> {
     hash: u64,
     offset: u32,
     len: u32,
+    /// Set on the first change since the last snapshot round.
+    changed: bool,
     accumulator: A,
 }
 
@@ -44,36 +72,90 @@ impl<A> Pane<A> {
             start,
             keys: Vec::new(),
             slots: HashTable::new(),
+            changed: Vec::new(),
         }
     }
 
-    fn key(&self, slot: &Slot<A>) -> &[u8] {
-        &self.keys[slot.offset as usize..][..slot.len as usize]
+    fn find(&self, hash: u64, key: &[u8]) -> Option<&Slot<A>> {
+        let keys = &self.keys;
+        self.slots.find(hash, |slot| {
+            key::equal(&keys[slot.offset as usize..][..slot.len as usize], key)
+        })
     }
 
-    /// The accumulator of `key`, made by `make` if the key is new to the window.
+
+    /// The accumulator of `key`, made by `make` if the key is new to the window; the
+    /// slot counts as changed.
     fn accumulator(&mut self, key: &[u8], make: impl FnOnce() -> A) -> &mut A {
         let hash = key::hash(key);
-        let keys = &self.keys;
-        let entry = self.slots.entry(
+        let Pane {
+            keys,
+            slots,
+            changed,
+            ..
+        } = self;
+        let entry = slots.entry(
             hash,
             |slot| key::equal(&keys[slot.offset as usize..][..slot.len as usize], key),
             |slot| slot.hash,
         );
         match entry {
-            Entry::Occupied(occupied) => &mut occupied.into_mut().accumulator,
+            Entry::Occupied(occupied) => {
+                let slot = occupied.into_mut();
+                if !slot.changed {
+                    slot.changed = true;
+                    changed.push((slot.offset, slot.len));
+                }
+                &mut slot.accumulator
+            }
             Entry::Vacant(vacant) => {
-                let offset = u32::try_from(self.keys.len())
-                    .expect("the keys of one window stay below 4 GiB");
-                self.keys.extend_from_slice(key);
+                let offset =
+                    u32::try_from(keys.len()).expect("the keys of one window stay below 4 GiB");
+                keys.extend_from_slice(key);
+                let len = key.len() as u32;
+                changed.push((offset, len));
                 let slot = Slot {
                     hash,
                     offset,
-                    len: key.len() as u32,
+                    len,
+                    changed: true,
                     accumulator: make(),
                 };
                 &mut vacant.insert(slot).into_mut().accumulator
             }
+        }
+    }
+
+    /// Adds a restored accumulator of a key new to the window, unchanged.
+    fn restore(&mut self, key: &[u8], accumulator: A) -> Result<(), Error> {
+        let hash = key::hash(key);
+        if self.find(hash, key).is_some() {
+            return Err(duplicate(key));
+        }
+        let offset =
+            u32::try_from(self.keys.len()).expect("the keys of one window stay below 4 GiB");
+        self.keys.extend_from_slice(key);
+        let slot = Slot {
+            hash,
+            offset,
+            len: key.len() as u32,
+            changed: false,
+            accumulator,
+        };
+        self.slots.insert_unique(hash, slot, |slot| slot.hash);
+        Ok(())
+    }
+
+    /// Clears the change flags and returns the keys that had one set.
+    fn take_changed(&mut self, into: &mut Vec<Box<[u8]>>) {
+        for (offset, len) in self.changed.drain(..) {
+            let key = &self.keys[offset as usize..][..len as usize];
+            let hash = key::hash(key);
+            let keys = &self.keys;
+            if let Some(slot) = self.slots.find_mut(hash, |slot| slot.offset == offset) {
+                slot.changed = false;
+            }
+            into.push(keys[offset as usize..][..len as usize].into());
         }
     }
 
@@ -97,6 +179,7 @@ impl<A> FixedWindows<A> {
             windows: VecDeque::new(),
             watermark: NO_WATERMARK,
             late: 0,
+            fired: Vec::new(),
         }
     }
 
@@ -174,73 +257,67 @@ impl<A> FixedWindows<A> {
             let pane = self.windows.pop_front().expect("the front window exists");
             let (keys, slots) = pane.into_sorted();
             for slot in slots {
-                emit(
-                    window,
-                    &keys[slot.offset as usize..][..slot.len as usize],
-                    slot.accumulator,
-                );
+                let key = &keys[slot.offset as usize..][..slot.len as usize];
+                self.fired.push(key.into());
+                emit(window, key, slot.accumulator);
             }
         }
     }
 }
 
-/// The serialized form: every (start, key, accumulator) ordered by start then key, so
-/// that one state always encodes to the same bytes.
-#[derive(Serialize)]
-struct Canonical<'a, A> {
-    size: i64,
-    watermark: i64,
-    late: u64,
-    windows: Vec<(i64, &'a [u8], &'a A)>,
-}
-
-#[derive(Deserialize)]
-struct Owned<A> {
-    size: i64,
-    watermark: i64,
-    late: u64,
-    windows: Vec<(i64, Vec<u8>, A)>,
-}
-
-impl<A: Serialize> Serialize for FixedWindows<A> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut windows = Vec::with_capacity(self.open());
-        for pane in &self.windows {
-            let first = windows.len();
+impl<A: Serialize> FixedWindows<A> {
+    /// Hands over each key whose windows changed since the last round: all its open
+    /// windows, or its removal once none is left.
+    pub(super) fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
+        let mut keys = std::mem::take(&mut self.fired);
+        for pane in &mut self.windows {
+            pane.take_changed(&mut keys);
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let mut windows: Vec<(i64, &A)> = Vec::new();
+        for key in &keys {
+            let hash = key::hash(key);
+            windows.clear();
             windows.extend(
-                pane.slots
+                self.windows
                     .iter()
-                    .map(|slot| (pane.start, pane.key(slot), &slot.accumulator)),
+                    .filter_map(|pane| Some((pane.start, &pane.find(hash, key)?.accumulator))),
             );
-            windows[first..].sort_unstable_by(|a, b| key::compare(a.1, b.1));
+            if windows.is_empty() {
+                changes.remove(key);
+            } else {
+                let entry = EntryRef {
+                    size_ms: self.size,
+                    windows: &windows,
+                };
+                changes.put(key, &entry)?;
+            }
         }
-        Canonical {
-            size: self.size,
-            watermark: self.watermark,
-            late: self.late,
-            windows,
-        }
-        .serialize(serializer)
+        Ok(())
     }
 }
 
-impl<'de, A: DeserializeOwned> Deserialize<'de> for FixedWindows<A> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let owned = Owned::<A>::deserialize(deserializer)?;
-        if owned.size <= 0 {
-            return Err(de::Error::custom(format!(
-                "window size {} in snapshot is not positive",
-                owned.size
+impl<A> FixedWindows<A> {
+    /// Adds a key's restored windows; an entry of another window size is refused.
+    pub(super) fn restore_entry(&mut self, key: &[u8], entry: WindowsEntry<A>) -> Result<(), Error> {
+        if entry.size_ms != self.size {
+            return Err(Error::new(format!(
+                "the checkpoint holds {} ms windows but these windows are {} ms; restore with \
+                 the window size the job ran with, or start the job afresh",
+                entry.size_ms, self.size
             )));
         }
-        let mut windows = Self::new(owned.size);
-        windows.watermark = owned.watermark;
-        windows.late = owned.late;
-        for (start, key, accumulator) in owned.windows {
-            // A canonical snapshot names each (start, key) once.
-            let index = windows.pane_index(start);
-            windows.windows[index].accumulator(&key, || accumulator);
+        for (start, accumulator) in entry.windows {
+            let index = self.pane_index(start);
+            self.windows[index].restore(key, accumulator)?;
         }
-        Ok(windows)
+        Ok(())
+    }
+
+    /// Ends a restore: windows ending at or before `watermark` fired before the
+    /// checkpoint, so a record for one of them is late.
+    pub(super) fn restored(&mut self, watermark: i64) {
+        self.watermark = self.watermark.max(watermark);
     }
 }

@@ -1,6 +1,7 @@
 //! Keyed event-time windows fired by watermarks: tumbling, sliding and session.
-//! Fired windows come by end, then key bytes, and state serializes in a canonical
-//! order, so output and snapshots are reproducible across snapshot and restore.
+//! Fired windows come by end, then key bytes, so output is reproducible across
+//! snapshot and restore. Each is [`KeyedState`](crate::state::KeyedState): it tracks
+//! the keys it changes, and a key's entry holds all its open windows.
 
 mod fixed;
 mod key;
@@ -10,7 +11,8 @@ mod tumbling;
 
 use serde::{Deserialize, Serialize};
 
-pub use session::SessionWindows;
+pub use fixed::WindowsEntry;
+pub use session::{SessionEntry, SessionWindows};
 pub use sliding::{MAX_WINDOWS_PER_RECORD, SlidingWindows};
 pub use tumbling::TumblingWindows;
 

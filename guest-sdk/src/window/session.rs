@@ -5,11 +5,12 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use serde::de::{self, DeserializeOwned};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::{KeyMap, Merge, NO_WATERMARK, Window, key};
 use crate::error::Error;
+use crate::state::{Changes, KeyedState, duplicate};
 
 /// One accumulator of type `A` per key and session.
 ///
@@ -37,6 +38,8 @@ use crate::error::Error;
 /// assert_eq!(fired, [(0, 150, 2), (400, 500, 1)]);
 /// # Ok::<(), weir_guest::Error>(())
 /// ```
+///
+/// As keyed state, a key's entry is a [`SessionEntry`]: its open sessions.
 #[derive(Debug)]
 pub struct SessionWindows<A> {
     gap: i64,
@@ -45,7 +48,27 @@ pub struct SessionWindows<A> {
     /// `next_timer` any more is stale and skipped.
     timers: BinaryHeap<Reverse<(i64, Box<[u8]>)>>,
     watermark: i64,
+    /// Records dropped as late (not checkpointed).
     late: u64,
+    /// Keys changed since the last snapshot round; a removed key may appear twice.
+    changed: Vec<Box<[u8]>>,
+}
+
+/// One key's open sessions as a checkpoint stores them: the gap (so a restore with
+/// another gap is refused) and each session with its accumulator, by start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntry<A> {
+    /// The gap the entry was written with, in milliseconds.
+    pub gap_ms: i64,
+    /// Each open session and its accumulator, by start; none overlap or touch.
+    pub sessions: Vec<(Window, A)>,
+}
+
+/// [`SessionEntry`] borrowed: serializes to the same bytes.
+#[derive(Serialize)]
+struct EntryRef<'a, A> {
+    gap_ms: i64,
+    sessions: &'a [Session<A>],
 }
 
 /// One key's open sessions, ordered by start; they neither overlap nor touch, so
@@ -55,6 +78,8 @@ struct Sessions<A> {
     sessions: Vec<Session<A>>,
     /// The time of this key's live timer; never later than the first session's end.
     next_timer: i64,
+    /// Set on the first change since the last snapshot round.
+    changed: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -77,6 +102,7 @@ impl<A: Merge> SessionWindows<A> {
             timers: BinaryHeap::new(),
             watermark: NO_WATERMARK,
             late: 0,
+            changed: Vec::new(),
         })
     }
 
@@ -105,6 +131,7 @@ impl<A: Merge> SessionWindows<A> {
             update(&mut accumulator);
             let key: Box<[u8]> = key.into();
             self.timers.push(Reverse((record.end, key.clone())));
+            self.changed.push(key.clone());
             self.keys.insert(
                 key,
                 Sessions {
@@ -113,10 +140,15 @@ impl<A: Merge> SessionWindows<A> {
                         accumulator,
                     }],
                     next_timer: record.end,
+                    changed: true,
                 },
             );
             return true;
         };
+        if !sessions.changed {
+            sessions.changed = true;
+            self.changed.push(key.into());
+        }
         let list = &mut sessions.sessions;
         // Sessions ending before the record starts come first; those starting at or
         // before its end overlap it.
@@ -178,6 +210,10 @@ impl<A: Merge> SessionWindows<A> {
             let due = sessions
                 .sessions
                 .partition_point(|s| s.window.end <= watermark);
+            if due > 0 && !sessions.changed {
+                sessions.changed = true;
+                self.changed.push(key.clone());
+            }
             for session in sessions.sessions.drain(..due) {
                 fired.push((session.window, key.clone(), session.accumulator));
             }
@@ -218,68 +254,70 @@ impl<A: Merge> SessionWindows<A> {
     }
 }
 
-/// The serialized form: keys in byte order, each with its sessions in order. Timers
-/// are rebuilt on restore, one per key.
-#[derive(Serialize)]
-struct Canonical<'a, A> {
-    gap: i64,
-    watermark: i64,
-    late: u64,
-    keys: Vec<(&'a [u8], &'a [Session<A>])>,
-}
+impl<A: Merge + Serialize + DeserializeOwned + 'static> KeyedState for SessionWindows<A> {
+    type Entry = SessionEntry<A>;
 
-#[derive(Deserialize)]
-struct Owned<A> {
-    gap: i64,
-    watermark: i64,
-    late: u64,
-    keys: Vec<(Vec<u8>, Vec<Session<A>>)>,
-}
-
-impl<A: Serialize> Serialize for SessionWindows<A> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut keys: Vec<_> = self
-            .keys
-            .iter()
-            .map(|(key, sessions)| (&key[..], &sessions.sessions[..]))
-            .collect();
-        keys.sort_unstable_by(|a, b| key::compare(a.0, b.0));
-        Canonical {
-            gap: self.gap,
-            watermark: self.watermark,
-            late: self.late,
-            keys,
+    fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
+        let mut keys = std::mem::take(&mut self.changed);
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            match self.keys.get_mut(&key) {
+                Some(sessions) => {
+                    sessions.changed = false;
+                    let entry = EntryRef {
+                        gap_ms: self.gap,
+                        sessions: &sessions.sessions,
+                    };
+                    changes.put(&key, &entry)?;
+                }
+                None => changes.remove(&key),
+            }
         }
-        .serialize(serializer)
+        Ok(())
     }
-}
 
-impl<'de, A: DeserializeOwned + Merge> Deserialize<'de> for SessionWindows<A> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let owned = Owned::<A>::deserialize(deserializer)?;
-        let mut windows = Self::new(owned.gap).map_err(de::Error::custom)?;
-        windows.watermark = owned.watermark;
-        windows.late = owned.late;
-        for (key, sessions) in owned.keys {
-            let ordered = sessions
-                .windows(2)
-                .all(|w| w[0].window.end < w[1].window.start);
-            let Some(first) = sessions.first().filter(|_| ordered) else {
-                return Err(de::Error::custom(
-                    "snapshot holds a key whose sessions are empty, unordered or overlapping",
-                ));
-            };
-            let key = key.into_boxed_slice();
-            let next_timer = first.window.end;
-            windows.timers.push(Reverse((next_timer, key.clone())));
-            windows.keys.insert(
-                key,
-                Sessions {
-                    sessions,
-                    next_timer,
-                },
-            );
+    fn restore_entry(&mut self, key: &[u8], entry: SessionEntry<A>) -> Result<(), Error> {
+        if entry.gap_ms != self.gap {
+            return Err(Error::new(format!(
+                "the checkpoint holds sessions with a {} ms gap but these sessions have a {} ms \
+                 gap; restore with the gap the job ran with, or start the job afresh",
+                entry.gap_ms, self.gap
+            )));
         }
-        Ok(windows)
+        let ordered = entry
+            .sessions
+            .windows(2)
+            .all(|w| w[0].0.end < w[1].0.start);
+        let Some(first) = entry.sessions.first().filter(|_| ordered) else {
+            return Err(Error::new(
+                "the checkpoint holds a key whose sessions are empty, unordered or overlapping",
+            ));
+        };
+        if self.keys.contains_key(key) {
+            return Err(duplicate(key));
+        }
+        let key: Box<[u8]> = key.into();
+        let next_timer = first.0.end;
+        self.timers.push(Reverse((next_timer, key.clone())));
+        let sessions = entry
+            .sessions
+            .into_iter()
+            .map(|(window, accumulator)| Session { window, accumulator })
+            .collect();
+        self.keys.insert(
+            key,
+            Sessions {
+                sessions,
+                next_timer,
+                changed: false,
+            },
+        );
+        Ok(())
+    }
+
+    fn restored(&mut self, watermark: i64) -> Result<(), Error> {
+        self.watermark = self.watermark.max(watermark);
+        Ok(())
     }
 }

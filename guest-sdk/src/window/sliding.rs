@@ -1,12 +1,13 @@
 //! Sliding (hopping) windows: windows of one size starting every `slide`, aligned to
 //! epoch 0, so a record falls in about `size / slide` overlapping windows per key.
 
-use serde::de::{self, DeserializeOwned, Deserializer};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::Window;
-use super::fixed::FixedWindows;
+use super::fixed::{FixedWindows, WindowsEntry};
 use crate::error::Error;
+use crate::state::{Changes, KeyedState};
 
 /// Bounds the work per record: a record updates up to this many windows.
 pub const MAX_WINDOWS_PER_RECORD: i64 = 1024;
@@ -28,8 +29,8 @@ pub const MAX_WINDOWS_PER_RECORD: i64 = 1024;
 /// assert_eq!(fired, [(0, 10_000, 3), (5_000, 15_000, 3)]);
 /// # Ok::<(), weir_guest::Error>(())
 /// ```
-#[derive(Debug, Serialize)]
-#[serde(bound(serialize = "A: Serialize"))]
+/// As keyed state, a key's entry is a [`WindowsEntry`]: each open window by start.
+#[derive(Debug)]
 pub struct SlidingWindows<A> {
     slide: i64,
     windows: FixedWindows<A>,
@@ -137,19 +138,27 @@ fn check(size_ms: i64, slide_ms: i64) -> Result<(), Error> {
     Ok(())
 }
 
-impl<'de, A: DeserializeOwned> Deserialize<'de> for SlidingWindows<A> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(bound(deserialize = "A: DeserializeOwned"))]
-        struct Fields<A> {
-            slide: i64,
-            windows: FixedWindows<A>,
+impl<A: Serialize + DeserializeOwned + 'static> KeyedState for SlidingWindows<A> {
+    type Entry = WindowsEntry<A>;
+
+    fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
+        self.windows.drain_changes(changes)
+    }
+
+    fn restore_entry(&mut self, key: &[u8], entry: WindowsEntry<A>) -> Result<(), Error> {
+        if let Some((start, _)) = entry.windows.iter().find(|(start, _)| start.rem_euclid(self.slide) != 0) {
+            return Err(Error::new(format!(
+                "the checkpoint holds a window starting at {start}, which windows sliding \
+                 every {} ms never do; restore with the slide the job ran with, or start the \
+                 job afresh",
+                self.slide
+            )));
         }
-        let fields = Fields::<A>::deserialize(deserializer)?;
-        check(fields.windows.size(), fields.slide).map_err(de::Error::custom)?;
-        Ok(Self {
-            slide: fields.slide,
-            windows: fields.windows,
-        })
+        self.windows.restore_entry(key, entry)
+    }
+
+    fn restored(&mut self, watermark: i64) -> Result<(), Error> {
+        self.windows.restored(watermark);
+        Ok(())
     }
 }

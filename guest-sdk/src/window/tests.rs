@@ -1,11 +1,12 @@
-//! Window helpers against a brute-force reference, with snapshots taken and restored
-//! at random points: the fired output must not depend on them.
+//! Window helpers against a brute-force reference, with incremental snapshots taken
+//! and restored at random points: the fired output must not depend on them.
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{Merge, SessionWindows, SlidingWindows, TumblingWindows, Window};
+use crate::packed::StateChunk;
 use crate::snapshot;
+use crate::state::{Changes, KeyedState, StateImage};
 
 type Fired = Vec<(Window, Vec<u8>, u64)>;
 
@@ -31,9 +32,21 @@ impl Lcg {
     }
 }
 
-fn round_trip<T: Serialize + DeserializeOwned>(value: &T) -> T {
-    let bytes = snapshot::encode(value, 1).unwrap();
-    snapshot::decode_body(snapshot::parse(&bytes).unwrap().body).unwrap()
+/// One snapshot round: the keys changed since the last.
+fn changes<W: KeyedState>(windows: &mut W) -> StateChunk {
+    let mut changes = Changes::new(1);
+    windows.drain_changes(&mut changes).unwrap();
+    changes.into_chunk()
+}
+
+/// A fresh `W` with every entry of `image` restored at `watermark`.
+fn restore<W: KeyedState>(mut fresh: W, image: &StateImage, watermark: i64) -> W {
+    for (key, value) in &image.entries {
+        let entry = snapshot::decode_body(snapshot::parse(value).unwrap().body).unwrap();
+        fresh.restore_entry(key, entry).unwrap();
+    }
+    fresh.restored(watermark).unwrap();
+    fresh
 }
 
 /// Records (key, ts) with bounded disorder: each is at most `disorder` ms behind the
@@ -51,10 +64,12 @@ fn stream(seed: u64, records: usize, disorder: i64) -> Vec<(Vec<u8>, i64)> {
         .collect()
 }
 
-/// Feeds `stream` in random batches, fires after each, and replaces the windows by a
-/// snapshot round trip now and then; returns everything fired, in order.
-fn drive<W: Serialize + DeserializeOwned>(
-    mut windows: W,
+/// Feeds `stream` in random batches and fires after each; now and then it takes a
+/// checkpoint (the changes since the last, applied to the image of the state) and
+/// sometimes replaces the windows by a fresh instance restored from that image.
+/// Returns everything fired, in order.
+fn drive<W: KeyedState>(
+    make: impl Fn() -> W,
     stream: &[(Vec<u8>, i64)],
     disorder: i64,
     seed: u64,
@@ -62,6 +77,8 @@ fn drive<W: Serialize + DeserializeOwned>(
     mut fire: impl FnMut(&mut W, i64, &mut Fired),
 ) -> Fired {
     let mut rng = Lcg(seed);
+    let mut windows = make();
+    let mut image = StateImage::default();
     let mut fired = Vec::new();
     let mut max = i64::MIN;
     let mut at = 0;
@@ -73,8 +90,13 @@ fn drive<W: Serialize + DeserializeOwned>(
         }
         at = end;
         fire(&mut windows, max - disorder, &mut fired);
-        if rng.below(4) == 0 {
-            windows = round_trip(&windows);
+        match rng.below(6) {
+            0 | 1 => image.apply(&changes(&mut windows)).unwrap(),
+            2 => {
+                image.apply(&changes(&mut windows)).unwrap();
+                windows = restore(make(), &image, max - disorder);
+            }
+            _ => {}
         }
     }
     fire(&mut windows, i64::MAX, &mut fired);
@@ -91,7 +113,7 @@ fn tumbling_matches_reference_across_snapshots() {
     for seed in 1..20 {
         let records = stream(seed, 500, 300);
         let fired = drive(
-            TumblingWindows::<u64>::new(250).unwrap(),
+            || TumblingWindows::<u64>::new(250).unwrap(),
             &records,
             300,
             seed,
@@ -126,7 +148,7 @@ fn sliding_matches_reference_across_snapshots() {
         for seed in 1..10 {
             let records = stream(seed, 400, 200);
             let fired = drive(
-                SlidingWindows::<u64>::new(size, slide).unwrap(),
+                || SlidingWindows::<u64>::new(size, slide).unwrap(),
                 &records,
                 200,
                 seed,
@@ -177,7 +199,7 @@ fn sessions_match_reference_across_snapshots() {
         for seed in 1..15 {
             let records = stream(seed, 400, 150);
             let fired = drive(
-                SessionWindows::<Count>::new(gap).unwrap(),
+                || SessionWindows::<Count>::new(gap).unwrap(),
                 &records,
                 150,
                 seed,
@@ -245,7 +267,7 @@ fn tumbling_aligns_negative_times_and_drops_late_records() {
 }
 
 #[test]
-fn snapshots_are_canonical_whatever_the_insertion_order() {
+fn changes_are_canonical_whatever_the_insertion_order() {
     let mut forward = TumblingWindows::<u64>::new(100).unwrap();
     let mut backward = TumblingWindows::<u64>::new(100).unwrap();
     let keys: Vec<Vec<u8>> = (0..50).map(|i| format!("key-{i}").into_bytes()).collect();
@@ -255,10 +277,7 @@ fn snapshots_are_canonical_whatever_the_insertion_order() {
     for (i, key) in keys.iter().enumerate().rev() {
         *backward.accumulator(key, i as i64 * 7).unwrap() += 1;
     }
-    assert_eq!(
-        snapshot::encode(&forward, 1).unwrap(),
-        snapshot::encode(&backward, 1).unwrap()
-    );
+    assert_eq!(changes(&mut forward), changes(&mut backward));
 
     let mut forward = SessionWindows::<Count>::new(10).unwrap();
     let mut backward = SessionWindows::<Count>::new(10).unwrap();
@@ -268,10 +287,7 @@ fn snapshots_are_canonical_whatever_the_insertion_order() {
     for key in keys.iter().rev() {
         backward.update(key, 0, |c| c.0 += 1);
     }
-    assert_eq!(
-        snapshot::encode(&forward, 1).unwrap(),
-        snapshot::encode(&backward, 1).unwrap()
-    );
+    assert_eq!(changes(&mut forward), changes(&mut backward));
 }
 
 #[test]
@@ -357,4 +373,72 @@ fn fired_windows_come_by_end_then_key() {
             (30, b"a".to_vec())
         ]
     );
+}
+
+#[test]
+fn a_round_holds_the_changed_keys_only_and_fired_keys_as_removals() {
+    let mut w = TumblingWindows::<u64>::new(100).unwrap();
+    for key in [&b"a"[..], b"b", b"c"] {
+        *w.accumulator(key, 10).unwrap() += 1;
+    }
+    *w.accumulator(b"a", 150).unwrap() += 1;
+    assert_eq!(changes(&mut w).len(), 3);
+    assert!(changes(&mut w).is_empty(), "nothing changed since");
+
+    *w.accumulator(b"b", 20).unwrap() += 1;
+    let round = changes(&mut w);
+    let keys: Vec<_> = round.iter().map(|e| e.unwrap().0.to_vec()).collect();
+    assert_eq!(keys, [b"b".to_vec()]);
+
+    w.fire(100, |_, _, _| {});
+    let round = changes(&mut w);
+    let entries: Vec<_> = round
+        .iter()
+        .map(|e| e.unwrap())
+        .map(|(k, v)| (k.to_vec(), v.is_some()))
+        .collect();
+    // `a` keeps its window [100, 200); `b` and `c` have none left.
+    assert_eq!(
+        entries,
+        [(b"a".to_vec(), true), (b"b".to_vec(), false), (b"c".to_vec(), false)]
+    );
+}
+
+#[test]
+fn a_restore_refuses_another_window_size_slide_or_gap() {
+    let mut image = StateImage::default();
+    let mut w = TumblingWindows::<u64>::new(100).unwrap();
+    *w.accumulator(b"k", 5).unwrap() += 1;
+    image.apply(&changes(&mut w)).unwrap();
+    let (key, value) = image.entries.iter().next().unwrap();
+    let entry = snapshot::decode_body(snapshot::parse(value).unwrap().body).unwrap();
+    let error = TumblingWindows::<u64>::new(200)
+        .unwrap()
+        .restore_entry(key, entry)
+        .unwrap_err();
+    assert!(error.message().contains("100 ms windows"), "{error}");
+
+    let mut w = SlidingWindows::<u64>::new(100, 50).unwrap();
+    w.update(b"k", 5, |_, n| *n += 1);
+    let mut image = StateImage::default();
+    image.apply(&changes(&mut w)).unwrap();
+    let value = image.entries.values().next().unwrap();
+    let entry = snapshot::decode_body(snapshot::parse(value).unwrap().body).unwrap();
+    let error = SlidingWindows::<u64>::new(100, 40)
+        .unwrap()
+        .restore_entry(b"k", entry)
+        .unwrap_err();
+    assert!(error.message().contains("sliding every 40 ms"), "{error}");
+
+    let mut s = SessionWindows::<Count>::new(10).unwrap();
+    s.update(b"k", 0, |c| c.0 += 1);
+    let mut image = StateImage::default();
+    image.apply(&changes(&mut s)).unwrap();
+    let value = image.entries.values().next().unwrap();
+    let entry = snapshot::decode_body(snapshot::parse(value).unwrap().body).unwrap();
+    let error = SessionWindows::<Count>::new(20)
+        .unwrap()
+        .restore_entry(b"k", entry)
+        .unwrap_err();
+    assert!(error.message().contains("10 ms gap"), "{error}");
 }

@@ -1,12 +1,13 @@
 //! Tumbling windows: fixed-size, non-overlapping, aligned to epoch 0, so every
 //! record falls in exactly one window per key.
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
 use super::Window;
-use super::fixed::FixedWindows;
+use super::fixed::{FixedWindows, WindowsEntry};
 use crate::error::Error;
+use crate::state::{Changes, KeyedState};
 
 /// One accumulator of type `A` per key and tumbling window.
 ///
@@ -26,8 +27,8 @@ use crate::error::Error;
 /// assert!(counts.accumulator(b"a", 999).is_none(), "late: window [0, 1000) fired");
 /// # Ok::<(), weir_guest::Error>(())
 /// ```
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(bound(serialize = "A: Serialize", deserialize = "A: DeserializeOwned"))]
+/// As keyed state, a key's entry is a [`WindowsEntry`]: each open window by start.
+#[derive(Debug)]
 pub struct TumblingWindows<A> {
     windows: FixedWindows<A>,
 }
@@ -89,5 +90,22 @@ impl<A> TumblingWindows<A> {
     /// The number of (window, key) accumulators still open.
     pub fn open(&self) -> usize {
         self.windows.open()
+    }
+}
+
+impl<A: Serialize + DeserializeOwned + 'static> KeyedState for TumblingWindows<A> {
+    type Entry = WindowsEntry<A>;
+
+    fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
+        self.windows.drain_changes(changes)
+    }
+
+    fn restore_entry(&mut self, key: &[u8], entry: WindowsEntry<A>) -> Result<(), Error> {
+        self.windows.restore_entry(key, entry)
+    }
+
+    fn restored(&mut self, watermark: i64) -> Result<(), Error> {
+        self.windows.restored(watermark);
+        Ok(())
     }
 }

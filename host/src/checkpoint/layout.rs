@@ -7,6 +7,11 @@
 //! |---|---|---|---|
 //! | 0 (up to commit e4e419b) | JSON, no `format` field | JSON list of partition states | watermark i64le, guest bytes |
 //! | 1 | JSON `{"format": 1, "shape": {..}}` | packed: count u32le, then per partition i32le, i64le, i64le | as format 0 |
+//! | 2 | as format 1, the shape with `key_groups` | as format 1 | watermark i64le only |
+//!
+//! Formats 0 and 1 hold each operator subtask's whole state in its entry (plugins of
+//! weir:operator@0.1). From format 2 on, keyed state lives apart, per key group, in
+//! the store's state and delta key spaces (`store.rs`); the entry keeps the watermark.
 //!
 //! Format 1 nests the shape so that a weir that reads only format 0 refuses it as an
 //! unreadable job description (it cannot go back) rather than reading its packed
@@ -22,7 +27,7 @@ use serde_json::Value;
 use super::store::Checkpoint;
 
 /// The format this build writes.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
 
 /// Kafka offset metadata: names the checkpoint that the committed offsets belong to.
 const OFFSET_METADATA_PREFIX: &str = "weir:ckpt=";
@@ -81,16 +86,19 @@ pub struct PartitionState {
     pub max_timestamp: i64,
 }
 
-/// What a checkpoint's state is valid for: state is per subtask, so it only restores
-/// into the same chain at the same parallelism reading the same topic.
+/// What a checkpoint's state is valid for: the same chain reading the same topic
+/// with the same key groups. The parallelism it ran with is recorded, not required.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub parallelism: u32,
+    /// `None` in formats 0 and 1, whose state was per subtask.
+    pub key_groups: Option<u32>,
     pub operators: Vec<String>,
     pub source_topic: String,
 }
 
-/// An operator subtask's entry: the event time it had reached and the guest's snapshot.
+/// An operator subtask's entry: the event time it had reached and, in formats 0 and
+/// 1, the guest's whole snapshot (empty from format 2 on).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OperatorState {
     pub watermark: i64,
@@ -143,6 +151,24 @@ struct MetaV1 {
     shape: ShapeV0,
 }
 
+/// The job shape as format 2 writes it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShapeV2 {
+    parallelism: u32,
+    key_groups: u32,
+    operators: Vec<String>,
+    source_topic: String,
+}
+
+/// Format 2's metadata.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetaV2 {
+    format: u32,
+    shape: ShapeV2,
+}
+
 /// A partition of a format-0 source entry.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,18 +180,33 @@ struct PartitionV0 {
 
 impl From<ShapeV0> for Shape {
     fn from(v0: ShapeV0) -> Shape {
-        Shape { parallelism: v0.parallelism, operators: v0.operators, source_topic: v0.source_topic }
+        Shape { parallelism: v0.parallelism, key_groups: None, operators: v0.operators, source_topic: v0.source_topic }
+    }
+}
+
+impl From<ShapeV2> for Shape {
+    fn from(v2: ShapeV2) -> Shape {
+        Shape {
+            parallelism: v2.parallelism,
+            key_groups: Some(v2.key_groups),
+            operators: v2.operators,
+            source_topic: v2.source_topic,
+        }
     }
 }
 
 /// The manifest's metadata for `shape`, in this build's format.
+///
+/// # Panics
+/// If `shape` has no key groups: this build's checkpoints always do.
 pub fn encode_shape(shape: &Shape) -> Vec<u8> {
-    let shape = ShapeV0 {
+    let shape = ShapeV2 {
         parallelism: shape.parallelism,
+        key_groups: shape.key_groups.expect("a format-2 shape has key groups"),
         operators: shape.operators.clone(),
         source_topic: shape.source_topic.clone(),
     };
-    serde_json::to_vec(&MetaV1 { format: FORMAT, shape }).expect("a shape serializes")
+    serde_json::to_vec(&MetaV2 { format: FORMAT, shape }).expect("a shape serializes")
 }
 
 /// A source task's entry, in this build's format.
@@ -182,11 +223,8 @@ pub fn encode_source(states: &[PartitionState]) -> Vec<u8> {
 }
 
 /// An operator subtask's entry, in this build's format.
-pub fn encode_operator(watermark: i64, guest: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(WATERMARK_BYTES + guest.len());
-    bytes.extend_from_slice(&watermark.to_le_bytes());
-    bytes.extend_from_slice(guest);
-    bytes
+pub fn encode_operator(watermark: i64) -> Vec<u8> {
+    watermark.to_le_bytes().to_vec()
 }
 
 /// Reads a loaded checkpoint in whichever format wrote it.
@@ -205,7 +243,7 @@ pub fn decode(checkpoint: &Checkpoint) -> Result<Snapshot, FormatError> {
                 }
             }
             Some(TaskId::Operator { stage, subtask }) => {
-                let state = decode_operator(name, bytes)?;
+                let state = decode_operator(format, name, bytes)?;
                 snapshot.operators.insert((stage, subtask), state);
             }
             None => return Err(FormatError::entry(name, "no task of the checkpoint's job shape has this name")),
@@ -230,6 +268,13 @@ fn decode_shape(meta: &[u8]) -> Result<(u32, Shape), FormatError> {
     match format {
         0 => Ok((0, serde_json::from_value::<ShapeV0>(value).map_err(corrupt)?.into())),
         1 => Ok((1, serde_json::from_value::<MetaV1>(value).map_err(corrupt)?.shape.into())),
+        2 => {
+            let shape: Shape = serde_json::from_value::<MetaV2>(value).map_err(corrupt)?.shape.into();
+            if shape.key_groups == Some(0) {
+                return Err(FormatError::Corrupt { task: None, detail: "its job shape has 0 key groups".into() });
+            }
+            Ok((2, shape))
+        }
         newer => Err(FormatError::Newer { found: newer }),
     }
 }
@@ -265,9 +310,12 @@ fn decode_source(format: u32, name: &str, bytes: &[u8]) -> Result<Vec<PartitionS
     Ok(states.collect())
 }
 
-fn decode_operator(name: &str, bytes: &[u8]) -> Result<OperatorState, FormatError> {
+fn decode_operator(format: u32, name: &str, bytes: &[u8]) -> Result<OperatorState, FormatError> {
     let (watermark, guest) =
         bytes.split_first_chunk::<WATERMARK_BYTES>().ok_or_else(|| FormatError::entry(name, "shorter than its header"))?;
+    if format >= 2 && !guest.is_empty() {
+        return Err(FormatError::entry(name, format!("{} bytes after its watermark", guest.len())));
+    }
     Ok(OperatorState { watermark: i64::from_le_bytes(*watermark), guest: guest.to_vec() })
 }
 
@@ -308,32 +356,41 @@ mod tests {
 
     #[test]
     fn this_format_round_trips() {
-        let shape = Shape { parallelism: 2, operators: vec!["count".into()], source_topic: "in".into() };
+        let shape = Shape { parallelism: 2, key_groups: Some(128), operators: vec!["count".into()], source_topic: "in".into() };
         let states = [
             PartitionState { partition: 0, next_offset: 10, max_timestamp: i64::MIN },
             PartitionState { partition: 2, next_offset: 5, max_timestamp: 1_700_000_000_000 },
         ];
         let stored = checkpoint(
             &encode_shape(&shape),
-            &[("source/0", encode_source(&states)), ("op/0/1", encode_operator(-4, b"guest"))],
+            &[("source/0", encode_source(&states)), ("op/0/1", encode_operator(-4))],
         );
         let snapshot = decode(&stored).expect("decodes");
         assert_eq!(snapshot.format, FORMAT);
         assert_eq!(snapshot.shape, shape);
         assert_eq!(snapshot.partitions.values().copied().collect::<Vec<_>>(), states);
-        assert_eq!(snapshot.operators[&(0, 1)], OperatorState { watermark: -4, guest: b"guest".to_vec() });
+        assert_eq!(snapshot.operators[&(0, 1)], OperatorState { watermark: -4, guest: Vec::new() });
     }
 
     #[test]
     fn format_zero_entries_still_decode() {
         let meta = br#"{"parallelism":1,"operators":["a","b"],"source_topic":"t"}"#;
         let source = br#"[{"partition":4,"next_offset":9,"max_timestamp":-9223372036854775808}]"#;
-        let stored = checkpoint(meta, &[("source/0", source.to_vec()), ("op/1/0", encode_operator(3, b""))]);
+        let stored = checkpoint(meta, &[("source/0", source.to_vec()), ("op/1/0", 3i64.to_le_bytes().to_vec())]);
         let snapshot = decode(&stored).expect("decodes");
         assert_eq!(snapshot.format, 0);
         assert_eq!(snapshot.shape.operators, ["a", "b"]);
         assert_eq!(snapshot.partitions[&4].next_offset, 9);
         assert_eq!(snapshot.operators[&(1, 0)].watermark, 3);
+    }
+
+    #[test]
+    fn format_one_keeps_whole_subtask_snapshots() {
+        let meta = br#"{"format":1,"shape":{"parallelism":1,"operators":["a"],"source_topic":"t"}}"#;
+        let operator = [7i64.to_le_bytes().to_vec(), b"guest".to_vec()].concat();
+        let snapshot = decode(&checkpoint(meta, &[("op/0/0", operator)])).expect("decodes");
+        assert_eq!((snapshot.format, snapshot.shape.key_groups), (1, None));
+        assert_eq!(snapshot.operators[&(0, 0)], OperatorState { watermark: 7, guest: b"guest".to_vec() });
     }
 
     #[test]
@@ -345,15 +402,16 @@ mod tests {
 
     #[test]
     fn damaged_entries_name_their_task() {
-        let meta = encode_shape(&Shape { parallelism: 1, operators: vec!["count".into()], source_topic: "t".into() });
-        let cases: [(&str, Vec<u8>); 7] = [
+        let meta = encode_shape(&Shape { parallelism: 1, key_groups: Some(4), operators: vec!["count".into()], source_topic: "t".into() });
+        let cases: [(&str, Vec<u8>); 8] = [
             ("source/0", vec![1, 0, 0, 0, 1]),
             ("source/0", vec![]),
             ("op/0/0", vec![1, 2, 3]),
             ("sink/0", vec![]),
             ("source/1", encode_source(&[])),
-            ("op/1/0", encode_operator(0, b"")),
-            ("op/0/1", encode_operator(0, b"")),
+            ("op/1/0", encode_operator(0)),
+            ("op/0/1", encode_operator(0)),
+            ("op/0/0", [encode_operator(0), b"guest".to_vec()].concat()),
         ];
         for (name, bytes) in cases {
             match decode(&checkpoint(&meta, &[(name, bytes)])) {
@@ -365,7 +423,7 @@ mod tests {
 
     #[test]
     fn a_partition_in_two_source_entries_is_refused() {
-        let meta = encode_shape(&Shape { parallelism: 2, operators: vec![], source_topic: "t".into() });
+        let meta = encode_shape(&Shape { parallelism: 2, key_groups: Some(4), operators: vec![], source_topic: "t".into() });
         let state = PartitionState { partition: 3, next_offset: 1, max_timestamp: 0 };
         let stored = checkpoint(&meta, &[("source/0", encode_source(&[state])), ("source/1", encode_source(&[state]))]);
         match decode(&stored) {
@@ -381,7 +439,7 @@ mod tests {
     fn format_one_metadata_is_not_a_format_zero_shape() {
         // What the format-0 reader parses the metadata into: it must fail, so a weir that
         // knows only format 0 calls the checkpoint unreadable rather than misreading it.
-        let meta = encode_shape(&Shape { parallelism: 1, operators: vec![], source_topic: "t".into() });
+        let meta = encode_shape(&Shape { parallelism: 1, key_groups: Some(4), operators: vec![], source_topic: "t".into() });
         assert!(serde_json::from_slice::<ShapeV0>(&meta).is_err());
         assert!(serde_json::from_slice::<serde_json::Value>(&meta).unwrap().get("parallelism").is_none());
     }

@@ -9,6 +9,7 @@
 //! 0x00 "weir-checkpoint-store"                      -> format marker (FORMAT)
 //! 0x01 len(job):u8 job  n:u64be  0x00               -> manifest of checkpoint n (framed JSON)
 //! 0x01 len(job):u8 job  n:u64be  0x01  task         -> snapshot bytes of `task` (framed)
+//! 0x02..0x04 ...                                    -> keyed state (`store/keyed.rs`)
 //! ```
 //!
 //! The checkpoint id is big-endian so that keys sort by checkpoint and a range delete removes
@@ -23,6 +24,10 @@ use std::sync::Mutex;
 
 use rocksdb::{DB, DBCompressionType, ErrorKind, Options, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
+
+mod keyed;
+
+pub use keyed::Change;
 
 /// Largest snapshot of one task. Bigger state belongs in keyed state, not in one blob that is
 /// rewritten at every checkpoint.
@@ -506,6 +511,7 @@ impl CheckpointStore {
         };
         let mut batch = WriteBatch::default();
         batch.delete_range(self.checkpoint_start(next), self.job_end());
+        self.discard_deltas_from(&mut batch, next);
         // Synced: a discarded checkpoint must not reappear after a crash and be taken for a
         // newer one when checkpoint ids are reused.
         let mut sync = WriteOptions::default();

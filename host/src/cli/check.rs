@@ -12,6 +12,10 @@ use weir::operator::{
     self, Limits, LoadLimits, LogLimits, OperatorInstance, Plugin, PluginInfo, Runtime,
     RuntimeConfig,
 };
+use weir::state::StateChunk;
+
+/// The data bytes asked for per `snapshot` call.
+const CHECK_CHUNK_BYTES: u32 = 4 << 20;
 
 #[derive(Args)]
 pub(super) struct CheckArgs {
@@ -102,10 +106,19 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
             "init:     ok with {entries} config entr{}",
             if entries == 1 { "y" } else { "ies" }
         );
-        let snapshot = exercise(&mut instance, &args.records)?;
-        // `restore` expects a freshly initialised instance, as after a restart.
-        start()?.restore(&snapshot)?;
-        println!("restore:  ok into a fresh instance");
+        let changes = exercise(&mut instance, &args.records)?;
+        // `restore` expects a freshly initialised instance, as after a restart, and takes
+        // only present keys: what a checkpoint holds once the round's removals are applied.
+        let mut kept = StateChunk::default();
+        for (key, value) in changes.iter() {
+            if let Some(value) = value {
+                kept.push(key, Some(value));
+            }
+        }
+        let mut fresh = start()?;
+        fresh.restore(&kept)?;
+        fresh.restored(i64::MAX)?;
+        println!("restore:  ok into a fresh instance ({} entries)", kept.len());
     }
     println!("ok: {} can run as a weir operator", plugin.path().display());
     Ok(())
@@ -150,25 +163,36 @@ fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
     }
 }
 
-/// Calls `process`, `on-watermark` and `snapshot` once, in the order a job
+/// Calls `process`, `on-watermark` and one `snapshot` round, in the order a job
 /// would, so that a plugin that loops, exhausts memory or traps fails here.
-/// Returns the snapshot.
-fn exercise(instance: &mut OperatorInstance, records: &[String]) -> anyhow::Result<Vec<u8>> {
+/// Returns the round's state changes.
+fn exercise(instance: &mut OperatorInstance, records: &[String]) -> anyhow::Result<StateChunk> {
     let mut batch = Batch::new();
     for (timestamp, value) in (0..).zip(records) {
         batch.push(None, value.as_bytes(), timestamp, &[]);
     }
     let processed = instance.process(&batch)?;
     let fired = instance.on_watermark(i64::MAX)?;
-    let snapshot = instance.snapshot()?;
+    let mut changes = StateChunk::default();
+    loop {
+        let chunk = instance.snapshot(CHECK_CHUNK_BYTES)?;
+        if chunk.is_empty() {
+            break;
+        }
+        for (key, value) in chunk.iter() {
+            changes.push(key, value);
+        }
+    }
     println!(
-        "calls:    process ({} record(s) in, {} out), on-watermark ({} out), snapshot ({} bytes): ok",
+        "calls:    process ({} record(s) in, {} out), on-watermark ({} out), snapshot ({} changed keys, \
+         {} bytes): ok",
         batch.len(),
         processed.len(),
         fired.len(),
-        snapshot.len()
+        changes.len(),
+        changes.data_len()
     );
-    Ok(snapshot)
+    Ok(changes)
 }
 
 fn parse_config_entry(entry: &str) -> Result<(String, String), String> {

@@ -31,6 +31,14 @@ pub enum TaskFailure {
         partition = origin.partition, offset = origin.offset
     )]
     Poison { topic: String, origin: Origin, error: String },
+    /// As `Poison`, with a dead-letter topic configured: the next attempt sends the
+    /// record there unprocessed.
+    #[error(
+        "record {topic}/{partition}@{offset} crashed the plugin again after a restart: {error}; \
+         restarting to send it to the dead-letter topic",
+        partition = origin.partition, offset = origin.offset
+    )]
+    Poisoned { topic: String, origin: Origin, error: String },
     #[error("{0}")]
     Store(StoreError),
     #[error("checkpoint {n} did not complete within {}s", timeout.as_secs())]
@@ -44,6 +52,12 @@ pub enum TaskFailure {
     /// A bug in weir, not in the job: the task's thread panicked.
     #[error("{task} panicked: {message}; this is a bug in weir: please report it with this log")]
     Panicked { task: String, message: String },
+}
+
+impl From<StoreError> for TaskFailure {
+    fn from(error: StoreError) -> TaskFailure {
+        TaskFailure::Store(error)
+    }
 }
 
 impl TaskFailure {
@@ -64,6 +78,7 @@ impl TaskFailure {
                 matches!(**error, OperatorError::Init { .. } | OperatorError::Instantiate { .. })
             }
             TaskFailure::Stopped
+            | TaskFailure::Poisoned { .. }
             | TaskFailure::Kafka(_)
             | TaskFailure::Sink(_)
             | TaskFailure::CheckpointTimeout { .. }

@@ -1,6 +1,7 @@
 //! The checkpoint coordinator: every interval it injects barrier N into the sources,
-//! gathers every task's state into the store, seals it (synced), and makes the Kafka
-//! transaction commit the single decision point for N (DESIGN.md §2).
+//! gathers every task's entry and the operators' keyed state changes into the store,
+//! seals it (synced), and makes the Kafka transaction commit the single decision point
+//! for N (DESIGN.md §2). Once N is committed, its changes join the store's state.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -99,13 +100,20 @@ impl Coordinator<'_> {
         let mut tasks = Vec::with_capacity(self.expected_states);
         let mut offsets = BTreeMap::new();
         let mut sink_aligned = false;
+        let (mut changed, mut changed_bytes) = (0u64, 0u64);
         while tasks.len() < self.expected_states || !sink_aligned {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.events.recv_timeout(left) {
-                Ok(Event::State { n: m, task, bytes, offsets: reached }) => {
+                Ok(Event::State { n: m, task, bytes, offsets: reached, changes }) => {
                     assert_eq!(m, n, "{task} sent state for checkpoint {m} during {n}");
                     let task = task.to_string();
                     self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
+                    if let Some(changes) = changes {
+                        let entries = changes.groups.iter().zip(changes.chunk.iter());
+                        let entries = entries.map(|(&group, (key, value))| (group, key, value));
+                        changed_bytes += self.store.put_changes(n, changes.stage, entries)?;
+                        changed += changes.groups.len() as u64;
+                    }
                     for state in reached.into_iter().flatten() {
                         offsets.insert(state.partition, state.next_offset);
                     }
@@ -134,13 +142,16 @@ impl Coordinator<'_> {
         fault::point(Step::AfterCommit, n);
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 
+        self.store.materialize(n)?;
         self.store.prune_before(n).map_err(TaskFailure::Store)?;
         let duration = started.elapsed();
-        self.metrics.checkpoint().committed(n, duration, size);
+        self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
+        self.metrics.checkpoint().state_changes(changed, changed_bytes);
         tracing::info!(
             checkpoint = n,
             duration_ms = duration.as_millis() as u64,
-            bytes = size,
+            bytes = size + changed_bytes,
+            state_changes = changed,
             partitions = offsets.len(),
             "checkpoint committed"
         );

@@ -4,8 +4,6 @@
 //! panics an operator task instead. Compiled in only with the `fault-injection` feature
 //! (the test suite's build); in the binary users run, `point` is empty.
 
-use std::sync::OnceLock;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Step {
     /// Barrier N injected into the sources, nothing of N durable yet.
@@ -37,7 +35,7 @@ impl Step {
 
 #[cfg(feature = "fault-injection")]
 fn armed() -> Option<(Step, u64)> {
-    static ARMED: OnceLock<Option<(Step, u64)>> = OnceLock::new();
+    static ARMED: std::sync::OnceLock<Option<(Step, u64)>> = std::sync::OnceLock::new();
     *ARMED.get_or_init(|| {
         let spec = std::env::var("WEIR_FAULT").ok()?;
         let (step, n) = spec.split_once(':')?;

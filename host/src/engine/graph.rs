@@ -2,7 +2,7 @@
 //! each run on a named thread of one scope, joined by bounded channels; the coordinator
 //! runs on the calling thread until the attempt stops or fails.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Duration;
@@ -10,12 +10,12 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, bounded};
 
 use crate::checkpoint::layout::{self, PartitionState};
-use crate::dataflow::{Event, Message, Origin, TaskFailure};
+use crate::dataflow::{Event, KeyGroups, Message, TaskFailure};
 use crate::operator::OperatorInstance;
 use crate::sink::{self, SinkTask};
 use crate::source::{self, Control, SourceTask};
 
-use super::Engine;
+use super::{Engine, Records};
 use super::coordinator::{Coordinator, Outcome};
 use super::operator_task::OperatorTask;
 use super::recover::{self, Recovered};
@@ -32,8 +32,8 @@ const MIN_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
 type Edge = (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>);
 
 /// Runs the task graph of one attempt until the coordinator returns.
-pub(super) fn execute(engine: &Engine, recovered: Recovered, suspects: &HashSet<Origin>) -> Result<Outcome, TaskFailure> {
-    let Recovered { sink, sources, operators, next } = recovered;
+pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) -> Result<Outcome, TaskFailure> {
+    let Recovered { sink, sources, operators, next, key_groups } = recovered;
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
     let stages = job.operators.len();
@@ -48,8 +48,9 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, suspects: &HashSet<
             .collect();
         let mut handles = Vec::new();
         let first = std::mem::take(&mut edges[0].0);
-        let control = spawn_sources(engine, scope, sources, first, &events_tx, &mut handles)?;
-        spawn_operators(engine, scope, operators, &mut edges, suspects, &events_tx, &mut handles);
+        let control = spawn_sources(engine, scope, sources, key_groups, first, &events_tx, &mut handles)?;
+        let operators = Operators { instances: operators, key_groups, records };
+        spawn_operators(engine, scope, operators, &mut edges, &events_tx, &mut handles);
         let sink_inputs = std::mem::take(&mut edges[stages].1).into_iter().next().expect("one sink");
         let sink_task = SinkTask {
             sink: &sink,
@@ -72,7 +73,7 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, suspects: &HashSet<
             expected_states: parallelism * (stages + 1),
             interval: job.checkpoint_interval(),
             timeout: job.checkpoint_interval().max(MIN_CHECKPOINT_TIMEOUT),
-            meta: layout::encode_shape(&recover::shape(job)),
+            meta: layout::encode_shape(&recover::shape(job, key_groups)),
             next,
             stop: Arc::clone(&engine.options.stop),
             metrics: &engine.options.metrics,
@@ -102,6 +103,7 @@ fn spawn_sources<'scope>(
     engine: &'scope Engine,
     scope: &'scope Scope<'scope, '_>,
     starts: Vec<BTreeMap<i32, PartitionState>>,
+    key_groups: KeyGroups,
     outputs: Vec<Vec<Sender<Message>>>,
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
@@ -120,7 +122,7 @@ fn spawn_sources<'scope>(
             partitions,
             max_out_of_orderness_ms: job.source.max_out_of_orderness_ms as i64,
             outputs,
-            key_by: job.operators[0].key_by,
+            key_by: job.operators[0].key_by.then_some(key_groups),
             control: control_rx,
             events: events.clone(),
             metrics: engine.options.metrics.clone(),
@@ -132,20 +134,29 @@ fn spawn_sources<'scope>(
     Ok(control)
 }
 
+/// What the operator subtasks of an attempt start from.
+struct Operators<'a> {
+    /// `instances[stage][subtask]`: restored, with the watermark it had reached.
+    instances: Vec<Vec<(OperatorInstance, i64)>>,
+    key_groups: KeyGroups,
+    records: &'a Records,
+}
+
 /// Every subtask of every operator, reading edge `stage` and writing edge `stage + 1`.
 fn spawn_operators<'scope>(
     engine: &'scope Engine,
     scope: &'scope Scope<'scope, '_>,
-    operators: Vec<Vec<(OperatorInstance, i64)>>,
+    operators: Operators<'_>,
     edges: &mut [Edge],
-    suspects: &HashSet<Origin>,
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
 ) {
     let job = &engine.job;
-    let suspects = Arc::new(suspects.clone());
+    let suspects = Arc::new(operators.records.suspects.clone());
+    let poisoned = Arc::new(operators.records.poisoned.clone());
+    let key_groups = operators.key_groups;
     let stages = job.operators.len();
-    for (stage, subtasks) in operators.into_iter().enumerate() {
+    for (stage, subtasks) in operators.instances.into_iter().enumerate() {
         let spec = &job.operators[stage];
         let inputs = std::mem::take(&mut edges[stage].1);
         let outputs = std::mem::take(&mut edges[stage + 1].0);
@@ -161,8 +172,13 @@ fn spawn_operators<'scope>(
                 inputs,
                 outputs,
                 key_by_next: stage + 1 < stages && job.operators[stage + 1].key_by,
+                key_groups,
+                owned: spec.key_by.then(|| key_groups.range(subtask as u32, job.parallelism)),
+                // A round's entries cannot be much larger than the state the guest holds.
+                max_changes_bytes: 2 * spec.memory_limit_bytes(),
                 events: events.clone(),
                 suspects: Arc::clone(&suspects),
+                poisoned: Arc::clone(&poisoned),
                 dead_letters: job.sink.dead_letter_topic.is_some(),
                 source_topic: job.source.topic.clone(),
                 metrics: engine.options.metrics.operator(&spec.name, subtask as u32),

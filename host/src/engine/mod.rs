@@ -47,11 +47,11 @@ impl Engine {
     /// Runs the job until a stop is requested (then returns Ok after a final commit)
     /// or it fails in a way a restart cannot cure.
     pub fn run(&self) -> Result<(), TaskFailure> {
-        let mut suspects: HashSet<Origin> = HashSet::new();
+        let mut records = Records::default();
         let mut restarts = RestartBudget::new(&self.job.restarts);
         let mut started_once = false;
         loop {
-            let failure = match self.attempt(&suspects, &mut started_once) {
+            let failure = match self.attempt(&records, &mut started_once) {
                 Ok(Outcome::Stopped) => return Ok(()),
                 Err(failure) => failure,
             };
@@ -59,7 +59,13 @@ impl Engine {
                 return Err(failure);
             }
             if let TaskFailure::Operator { origins, .. } = &failure {
-                suspects.extend(origins.iter().copied());
+                records.suspects.extend(origins.iter().copied());
+            }
+            if let TaskFailure::Poisoned { origin, .. } = &failure {
+                // Progress, not a fault: each record is found once, so the budget stays.
+                tracing::warn!("{failure}");
+                records.poisoned.insert(*origin);
+                continue;
             }
             let Some(backoff) = restarts.next_backoff() else {
                 tracing::error!("{}; giving up", restarts.describe_budget());
@@ -72,9 +78,18 @@ impl Engine {
     }
 
     /// One attempt: recover, then run the task graph until the coordinator returns.
-    fn attempt(&self, suspects: &HashSet<Origin>, started_once: &mut bool) -> Result<Outcome, TaskFailure> {
+    fn attempt(&self, records: &Records, started_once: &mut bool) -> Result<Outcome, TaskFailure> {
         let recovered = recover::recover(&self.job, &self.plugins, &self.store, &self.options.metrics)?;
         *started_once = true;
-        graph::execute(self, recovered, suspects)
+        graph::execute(self, recovered, records)
     }
+}
+
+/// Input records that failed earlier attempts.
+#[derive(Default)]
+struct Records {
+    /// Made the plugin fail once: processed one at a time.
+    suspects: HashSet<Origin>,
+    /// Made it fail again after a restart: sent to the dead-letter topic unprocessed.
+    poisoned: HashSet<Origin>,
 }

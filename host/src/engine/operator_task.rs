@@ -1,17 +1,23 @@
 //! An operator subtask: one Wasm instance on its own thread. It aligns barriers across
-//! its inputs (an input that delivered barrier N is not read until all have), snapshots
-//! the guest into the checkpoint, and isolates records suspected of crashing the plugin.
+//! its inputs (an input that delivered barrier N is not read until all have), takes the
+//! guest's state changes into the checkpoint, and isolates records suspected of
+//! crashing the plugin.
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
 use crate::checkpoint::layout::{self, TaskId};
-use crate::dataflow::{DeadLetter, Event, Message, Origin, Records, TaskFailure, subtask_for};
+use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, StateChanges, TaskFailure};
 use crate::metrics::{Counter, OperatorMetrics};
 use crate::operator::OperatorInstance;
+use crate::state::StateChunk;
+
+/// The data bytes the host asks for per `snapshot` call.
+pub(super) const STATE_CHUNK_BYTES: u32 = 4 << 20;
 
 use super::fault::{self, Step};
 
@@ -27,9 +33,18 @@ pub(super) struct OperatorTask {
     /// One sender per downstream subtask when `key_by_next`, else exactly one.
     pub(super) outputs: Vec<Sender<Message>>,
     pub(super) key_by_next: bool,
+    pub(super) key_groups: KeyGroups,
+    /// The key groups this subtask owns when its input is routed by key; `None` when
+    /// it is not, and then the operator may keep no state.
+    pub(super) owned: Option<Range<u32>>,
+    /// The most bytes of state changes one checkpoint of this subtask may hand over.
+    pub(super) max_changes_bytes: usize,
     pub(super) events: Sender<Event>,
     /// Input records that crashed this job before: processed one at a time.
     pub(super) suspects: Arc<HashSet<Origin>>,
+    /// Input records that crashed it again after a restart: sent to the dead-letter
+    /// topic unprocessed.
+    pub(super) poisoned: Arc<HashSet<Origin>>,
     pub(super) dead_letters: bool,
     pub(super) source_topic: String,
     pub(super) metrics: OperatorMetrics,
@@ -88,37 +103,45 @@ impl OperatorTask {
     }
 
     /// Processes a batch that holds a suspect record one record at a time, so the
-    /// record that crashes the plugin again is found and set aside while the guest's
-    /// state is rolled back to just before it.
+    /// record that crashes the plugin again is found. A poisoned one (found so by an
+    /// earlier attempt) goes to the dead-letter topic unprocessed. One that crashes
+    /// now fails the attempt as `Poisoned`: the next attempt, restored from the last
+    /// checkpoint, sets it aside, as a dead-letter topic is configured; without one,
+    /// the job stops and names it.
     fn process_one_by_one(&mut self, records: Records) -> Result<(), TaskFailure> {
         for index in 0..records.batch.len() {
             let origin = records.origins[index];
             let mut one = Records::default();
             one.push_from(&records, index);
-            let before = self.instance.snapshot().map_err(TaskFailure::operator)?;
+            if self.poisoned.contains(&origin) {
+                self.dead_letter(one, origin)?;
+                continue;
+            }
             match self.instance.process(&one.batch) {
                 Ok(output) => self.emit(output)?,
                 Err(error) if self.suspects.contains(&origin) => {
-                    self.instance.restore(&before).map_err(TaskFailure::operator)?;
-                    if !self.dead_letters {
-                        return Err(TaskFailure::Poison {
-                            topic: self.source_topic.clone(),
-                            origin,
-                            error: error.to_string(),
-                        });
+                    let error = error.to_string();
+                    let topic = self.source_topic.clone();
+                    if self.dead_letters {
+                        return Err(TaskFailure::Poisoned { topic, origin, error });
                     }
-                    tracing::warn!(
-                        operator = %self.name, partition = origin.partition, offset = origin.offset,
-                        "record crashed the plugin twice; sending it to the dead-letter topic: {error}"
-                    );
-                    self.dead_letter_count.inc();
-                    let letter = DeadLetter { records: one, operator: self.name.clone(), error: error.to_string() };
-                    self.send(0, Message::DeadLetter(letter))?;
+                    return Err(TaskFailure::Poison { topic, origin, error });
                 }
                 Err(error) => return Err(TaskFailure::Operator { error: Box::new(error), origins: vec![origin] }),
             }
         }
         Ok(())
+    }
+
+    fn dead_letter(&self, one: Records, origin: Origin) -> Result<(), TaskFailure> {
+        tracing::warn!(
+            operator = %self.name, partition = origin.partition, offset = origin.offset,
+            "record crashed the plugin twice; sending it to the dead-letter topic"
+        );
+        self.dead_letter_count.inc();
+        let error = "the record crashed the plugin again after a restart".to_owned();
+        let letter = DeadLetter { records: one, operator: self.name.clone(), error };
+        self.send(0, Message::DeadLetter(letter))
     }
 
     /// Combines the inputs' watermarks (DESIGN.md §4): the least of the active ones
@@ -159,16 +182,63 @@ impl OperatorTask {
 
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         fault::point(Step::PanicInOperator, n);
-        let guest = self.instance.snapshot().map_err(TaskFailure::operator)?;
-        let bytes = layout::encode_operator(self.watermark, &guest);
+        let changes = self.changes().map_err(TaskFailure::operator)?;
+        let bytes = layout::encode_operator(self.watermark);
         let task = TaskId::Operator { stage: self.stage, subtask: self.subtask };
         self.events
-            .send(Event::State { n, task, bytes, offsets: None })
+            .send(Event::State { n, task, bytes, offsets: None, changes: Some(changes) })
             .map_err(|_| TaskFailure::Stopped)?;
         for target in 0..self.outputs.len() {
             self.send(target, Message::Barrier(n))?;
         }
         Ok(())
+    }
+
+    /// One snapshot round: the guest's state changes since the last checkpoint, each
+    /// checked against the contract: a key once, in a key group this subtask owns, and
+    /// no state at all from an operator whose input is not routed by key.
+    fn changes(&mut self) -> Result<StateChanges, crate::operator::OperatorError> {
+        let mut all = StateChanges { stage: self.stage, chunk: StateChunk::default(), groups: Vec::new() };
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        loop {
+            let chunk = self.instance.snapshot(STATE_CHUNK_BYTES)?;
+            if chunk.is_empty() {
+                return Ok(all);
+            }
+            for (key, value) in chunk.iter() {
+                let group = self.key_groups.group_of(Some(key));
+                let shown = || format!("b\"{}\"", key.escape_ascii());
+                let Some(owned) = &self.owned else {
+                    return Err(self.instance.invalid_state(format!(
+                        "it keeps state (key {}) but its input is not routed by key, so the records of a \
+                         key reach every subtask and its state could not follow them on restore; set \
+                         key_by = true for operator `{}`",
+                        shown(),
+                        self.name
+                    )));
+                };
+                if !owned.contains(&group) {
+                    return Err(self.instance.invalid_state(format!(
+                        "key {} is in key group {group}, which subtask {} does not own (it owns {owned:?}): \
+                         state must be kept under the key of the records that change it",
+                        shown(),
+                        self.subtask
+                    )));
+                }
+                if !seen.insert(key.to_vec()) {
+                    return Err(self.instance.invalid_state(format!("key {} comes twice in one round", shown())));
+                }
+                if all.chunk.data_len() + key.len() + value.map_or(0, <[u8]>::len) > self.max_changes_bytes {
+                    return Err(self.instance.invalid_state(format!(
+                        "one round of changes holds more than {} bytes, more than its memory can hold; \
+                         a round that never ends is a bug in the plugin",
+                        self.max_changes_bytes
+                    )));
+                }
+                all.chunk.push(key, value);
+                all.groups.push(group);
+            }
+        }
     }
 
     fn emit(&self, output: Batch) -> Result<(), TaskFailure> {
@@ -181,7 +251,7 @@ impl OperatorTask {
         }
         let mut routed: Vec<Batch> = vec![Batch::new(); self.outputs.len()];
         for record in output.iter() {
-            routed[subtask_for(record.key, self.outputs.len())].push_record(record);
+            routed[self.key_groups.subtask_for(record.key, self.outputs.len())].push_record(record);
         }
         for (target, batch) in routed.into_iter().enumerate() {
             if !batch.is_empty() {

@@ -1,16 +1,18 @@
 //! An attempt's first half (DESIGN.md §2, recovery order): fence earlier instances,
 //! read the committed checkpoint from Kafka, load and decode it from the store, discard
-//! what was sealed after it, and rebuild every task's starting point from it.
+//! what was sealed after it, bring the keyed state to it, and rebuild every task's
+//! starting point from it: each operator subtask restores the key groups it owns now,
+//! whatever the parallelism that wrote them.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::checkpoint::layout::{self, FormatError, PartitionState, Shape, Snapshot};
 use crate::checkpoint::recovery::{self, Resume};
 use crate::checkpoint::store::{CheckpointStore, StoreError};
-use crate::dataflow::TaskFailure;
+use crate::dataflow::{KeyGroups, TaskFailure};
 use crate::job::{self, Job};
 use crate::metrics::Metrics;
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin};
@@ -18,6 +20,7 @@ use crate::sink::{Delivery, Sink, SinkConfig};
 use crate::source;
 
 use super::fault::{self, Step};
+use super::operator_task::STATE_CHUNK_BYTES;
 
 /// How long Kafka may take to answer at start-up before the job gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,6 +35,8 @@ pub(super) struct Recovered {
     pub(super) operators: Vec<Vec<(OperatorInstance, i64)>>,
     /// The id of the attempt's first checkpoint.
     pub(super) next: u64,
+    /// The job's key groups: recorded by its checkpoints, or chosen now on a fresh start.
+    pub(super) key_groups: KeyGroups,
 }
 
 pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, metrics: &Metrics) -> Result<Recovered, TaskFailure> {
@@ -49,25 +54,57 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         None => None,
     };
     // Anything sealed after the committed checkpoint (on a fresh start: anything at all)
-    // never reached its Kafka commit; the attempt reuses those ids, so it must go.
+    // never reached its Kafka commit; the attempt reuses those ids, so it must go. The
+    // keyed state becomes that of the committed checkpoint.
     let committed = resume.checkpoint.unwrap_or(0);
-    store.discard_after(committed).map_err(TaskFailure::Store)?;
+    store.restore_point(committed).map_err(TaskFailure::Store)?;
     fault::point(Step::DuringRecovery, committed);
 
+    let key_groups = key_groups(job, partitions.len(), snapshot.as_ref())?;
     let sources = start_offsets(job, &resume_consumer, &partitions, &resume, snapshot.as_ref())?;
-    let operators = instances(job, plugins, metrics, store, snapshot.as_ref())?;
+    let operators = instances(job, plugins, metrics, store, snapshot.as_ref(), key_groups)?;
     sink.begin()?;
-    tracing::info!(job = %job.name, checkpoint = ?resume.checkpoint, partitions = partitions.len(), "recovered; running");
-    Ok(Recovered { sink, sources, operators, next: committed + 1 })
+    tracing::info!(
+        job = %job.name, checkpoint = ?resume.checkpoint, partitions = partitions.len(),
+        key_groups = key_groups.count(), "recovered; running"
+    );
+    Ok(Recovered { sink, sources, operators, next: committed + 1, key_groups })
 }
 
 /// What a checkpoint of this job records about it.
-pub(super) fn shape(job: &Job) -> Shape {
+pub(super) fn shape(job: &Job, key_groups: KeyGroups) -> Shape {
     Shape {
         parallelism: job.parallelism,
+        key_groups: Some(key_groups.count()),
         operators: job.operators.iter().map(|o| o.name.clone()).collect(),
         source_topic: job.source.topic.clone(),
     }
+}
+
+/// The job's key groups: what its checkpoints recorded (the job file may only repeat
+/// it), else the job file's, else the default for the input's partition count.
+fn key_groups(job: &Job, partitions: usize, snapshot: Option<&Snapshot>) -> Result<KeyGroups, TaskFailure> {
+    let recorded = snapshot.and_then(|s| s.shape.key_groups.map(|g| (s.n, g)));
+    let count = match (job.key_groups, recorded) {
+        (Some(wanted), Some((n, found))) if wanted != found => {
+            return Err(TaskFailure::Incompatible(format!(
+                "the job file sets key_groups = {wanted} but checkpoint {n} was taken with {found}; key groups \
+                 are fixed by a job's first checkpoint: set key_groups = {found} (or remove it), or start over \
+                 under a new job name"
+            )));
+        }
+        (_, Some((_, found))) => found,
+        (Some(wanted), None) => wanted,
+        (None, None) => KeyGroups::default_for(u32::try_from(partitions).unwrap_or(u32::MAX)).count(),
+    };
+    if job.parallelism > count {
+        return Err(TaskFailure::Incompatible(format!(
+            "parallelism {} is more than the job's {count} key groups, so some subtask would own none; \
+             lower parallelism to at most {count}",
+            job.parallelism
+        )));
+    }
+    Ok(KeyGroups::new(count))
 }
 
 /// A consumer of the job's group on its source brokers.
@@ -97,12 +134,21 @@ fn load(job: &Job, store: &CheckpointStore, n: u64) -> Result<Snapshot, TaskFail
         FormatError::Newer { .. } => TaskFailure::Incompatible(format!("checkpoint {n} cannot be read: {error}")),
         FormatError::Corrupt { task, detail } => TaskFailure::Store(corrupt(store, n, task, detail)),
     })?;
-    let current = shape(job);
-    if snapshot.shape != current {
+    if snapshot.shape.key_groups.is_none() {
         return Err(TaskFailure::Incompatible(format!(
-            "checkpoint {n} was taken by a different job shape ({:?}) than this job file's ({current:?}); \
-             keyed state cannot move between them: restore the old job file, or start over under a new job name",
-            snapshot.shape
+            "checkpoint {n} (format {}) holds each operator subtask's whole state, as plugins of \
+             weir:operator@0.1 kept it; this weir keeps keyed state (weir:operator@0.2) and cannot restore \
+             it: let the weir that wrote it finish the job, or start over under a new job name",
+            snapshot.format
+        )));
+    }
+    let operators: Vec<String> = job.operators.iter().map(|o| o.name.clone()).collect();
+    if snapshot.shape.operators != operators || snapshot.shape.source_topic != job.source.topic {
+        return Err(TaskFailure::Incompatible(format!(
+            "checkpoint {n} was taken by operators {:?} reading topic `{}`, but this job file has operators \
+             {operators:?} reading `{}`; keyed state cannot move between them: restore the old job file, or \
+             start over under a new job name",
+            snapshot.shape.operators, snapshot.shape.source_topic, job.source.topic
         )));
     }
     Ok(snapshot)
@@ -140,17 +186,25 @@ fn start_offsets(
     Ok(tasks)
 }
 
-/// A fresh instance per operator subtask, restored from the checkpoint if any.
+/// A fresh instance per operator subtask, restored from the checkpoint if any: the key
+/// groups the subtask owns, and the watermark it had reached (at another parallelism,
+/// the least its stage had reached).
 fn instances(
     job: &Job,
     plugins: &[Plugin],
     metrics: &Metrics,
     store: &CheckpointStore,
     snapshot: Option<&Snapshot>,
+    key_groups: KeyGroups,
 ) -> Result<Vec<Vec<(OperatorInstance, i64)>>, TaskFailure> {
+    let started = Instant::now();
+    let mut restored_entries = 0u64;
     let mut stages = Vec::with_capacity(job.operators.len());
     for (stage, (spec, plugin)) in (0u32..).zip(job.operators.iter().zip(plugins)) {
         let config: Vec<(String, String)> = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if snapshot.is_some() && !spec.key_by {
+            refuse_unkeyed_state(store, stage, spec, key_groups)?;
+        }
         let mut subtasks = Vec::with_capacity(job.parallelism as usize);
         for subtask in 0..job.parallelism {
             let label = format!("{}[{subtask}]", spec.name);
@@ -159,18 +213,66 @@ fn instances(
             instance.count_log_drops(metrics.plugin_log(&spec.name, subtask));
             let mut watermark = i64::MIN;
             if let Some(snapshot) = snapshot {
-                let state = snapshot.operators.get(&(stage, subtask)).ok_or_else(|| {
-                    let task = layout::TaskId::Operator { stage, subtask }.to_string();
-                    TaskFailure::Store(corrupt(store, snapshot.n, Some(task), "no entry for this subtask".into()))
-                })?;
-                instance.restore(&state.guest).map_err(TaskFailure::operator)?;
-                watermark = state.watermark;
+                watermark = restored_watermark(store, snapshot, stage, subtask, job.parallelism)?;
+                if spec.key_by {
+                    let groups = key_groups.range(subtask, job.parallelism);
+                    restored_entries += store.read_state(stage, groups, STATE_CHUNK_BYTES as usize, |chunk| {
+                        instance.restore(&chunk).map_err(TaskFailure::operator)
+                    })?;
+                }
+                instance.restored(watermark).map_err(TaskFailure::operator)?;
             }
             subtasks.push((instance, watermark));
         }
         stages.push(subtasks);
     }
+    if let Some(snapshot) = snapshot {
+        let duration = started.elapsed();
+        metrics.checkpoint().restored(restored_entries, duration);
+        tracing::info!(
+            checkpoint = snapshot.n, entries = restored_entries, duration_ms = duration.as_millis() as u64,
+            parallelism = job.parallelism, "restored keyed state"
+        );
+    }
     Ok(stages)
+}
+
+/// The event time a subtask restarts from: its own at the same parallelism; else the
+/// least of its stage's, as its key groups may come from any of them.
+fn restored_watermark(
+    store: &CheckpointStore,
+    snapshot: &Snapshot,
+    stage: u32,
+    subtask: u32,
+    parallelism: u32,
+) -> Result<i64, TaskFailure> {
+    let entry = |subtask: u32| {
+        snapshot.operators.get(&(stage, subtask)).map(|state| state.watermark).ok_or_else(|| {
+            let task = layout::TaskId::Operator { stage, subtask }.to_string();
+            TaskFailure::Store(corrupt(store, snapshot.n, Some(task), "no entry for this subtask".into()))
+        })
+    };
+    if snapshot.shape.parallelism == parallelism {
+        return entry(subtask);
+    }
+    let mut least = i64::MAX;
+    for old in 0..snapshot.shape.parallelism {
+        least = least.min(entry(old)?);
+    }
+    Ok(least)
+}
+
+/// An operator whose input is not routed by key keeps no state; if the checkpoint holds
+/// some for it, the job file changed under it.
+fn refuse_unkeyed_state(store: &CheckpointStore, stage: u32, spec: &job::Operator, key_groups: KeyGroups) -> Result<(), TaskFailure> {
+    let entries = store.read_state(stage, 0..key_groups.count(), 1, |_| {
+        Err(TaskFailure::Incompatible(format!(
+            "the checkpoint holds keyed state of operator `{}`, whose input the job file no longer routes by \
+             key; set key_by = true for it again, or start over under a new job name",
+            spec.name
+        )))
+    });
+    entries.map(|_| ())
 }
 
 /// What each instance of operator `spec` may use, from its job-file keys.

@@ -16,7 +16,7 @@ use super::error::PluginError;
 pub const PACKAGE: &str = "weir:operator";
 
 /// The functions the `operator` world exports, in call order.
-pub const EXPORTS: [&str; 5] = ["init", "process", "on-watermark", "snapshot", "restore"];
+pub const EXPORTS: [&str; 6] = ["init", "process", "on-watermark", "snapshot", "restore", "restored"];
 
 const WIT: &str = include_str!("../../../wit/operator.wit");
 
@@ -141,6 +141,8 @@ mod tests {
     #[test]
     fn compatibility_follows_semver() {
         let v = |s: &str| Version::parse(s).unwrap();
+        assert!(compatible(&v("0.2.0"), &v("0.2.3")));
+        assert!(!compatible(&v("0.2.0"), &v("0.1.0")), "0.1 plugins keep whole-state snapshots");
         assert!(compatible(&v("0.1.0"), &v("0.1.0")));
         assert!(compatible(&v("0.1.0"), &v("0.1.7")));
         assert!(!compatible(&v("0.1.0"), &v("0.2.0")));

@@ -83,7 +83,8 @@ pub enum PluginError {
 
     #[error(
         "plugin {} does not export the weir:operator/operator world: missing {}; it exports {}; \
-         implement the world in wit/operator.wit (init, process, on-watermark, snapshot, restore)",
+         implement the world in wit/operator.wit (init, process, on-watermark, snapshot, restore, \
+         restored)",
         path.display(), list(missing), list_or_nothing(found)
     )]
     WrongWorld {
@@ -122,6 +123,7 @@ pub enum Call {
     OnWatermark,
     Snapshot,
     Restore,
+    Restored,
 }
 
 impl fmt::Display for Call {
@@ -132,6 +134,7 @@ impl fmt::Display for Call {
             Call::OnWatermark => "on-watermark",
             Call::Snapshot => "snapshot",
             Call::Restore => "restore",
+            Call::Restored => "restored",
         })
     }
 }
@@ -252,6 +255,12 @@ pub enum OperatorError {
         call: Call,
         problem: BatchError,
     },
+
+    /// The guest's `snapshot` returned state changes that break the contract: an entry
+    /// outside its chunk, a chunk over the limit, a key twice in a round, a key this
+    /// subtask does not own, state from an operator that may keep none.
+    #[error("{id}: snapshot returned malformed state changes: {detail}")]
+    InvalidState { id: OperatorId, detail: String },
 }
 
 impl OperatorError {
@@ -280,7 +289,8 @@ impl OperatorError {
             | Self::OutputTooLarge { id, .. }
             | Self::Instantiate { id, .. }
             | Self::Init { id, .. }
-            | Self::InvalidOutput { id, .. } => id,
+            | Self::InvalidOutput { id, .. }
+            | Self::InvalidState { id, .. } => id,
         }
     }
 }

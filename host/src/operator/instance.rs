@@ -6,13 +6,14 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap};
 
-use super::bindings::{Operator, ProcessFunc, from_generated, from_wire, with_wire};
+use super::bindings::{Operator, ProcessFunc, from_generated, from_wire, types, with_wire};
 use super::error::{Call, OperatorError, OperatorId};
 use super::plugin::Plugin;
 use super::sandbox::HostState;
 use super::stdio::{self, LogGate, LogLimits};
 use crate::batch::{Batch, BatchError, OutputBound};
 use crate::metrics::PluginLogMetrics;
+use crate::state::{StateChunk, StateEntry};
 
 /// What one operator instance may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,17 +175,64 @@ impl OperatorInstance {
             .map_err(|problem| self.output_error(Call::OnWatermark, problem))
     }
 
-    /// The guest's whole state, for a checkpoint.
-    pub fn snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
-        self.call(Call::Snapshot, |live| {
-            live.operator.call_snapshot(&mut live.store)
+    /// The next chunk of the keys whose state changed since the previous round, within
+    /// `max_bytes` of data unless one entry alone is bigger; an empty chunk ends the
+    /// round. A chunk that breaks the contract is an error, as a malformed batch is.
+    pub fn snapshot(&mut self, max_bytes: u32) -> Result<StateChunk, OperatorError> {
+        let chunk = self.call(Call::Snapshot, |live| {
+            live.operator.call_snapshot(&mut live.store, max_bytes)
+        })?;
+        let entries = chunk
+            .entries
+            .iter()
+            .map(|e| StateEntry {
+                key_offset: e.key_offset,
+                key_len: e.key_len,
+                value_offset: e.value_offset,
+                value_len: e.value_len,
+                removed: e.removed,
+            })
+            .collect();
+        StateChunk::from_parts(chunk.data, entries, max_bytes).map_err(|problem| {
+            OperatorError::InvalidState {
+                id: self.id.clone(),
+                detail: problem.to_string(),
+            }
         })
     }
 
-    /// Replaces the state of this (freshly started or reset) instance with a snapshot's.
-    pub fn restore(&mut self, state: &[u8]) -> Result<(), OperatorError> {
+    /// The error for state changes that break the contract in ways only the caller
+    /// can see (keys it does not own, a key twice in a round).
+    pub fn invalid_state(&self, detail: String) -> OperatorError {
+        OperatorError::InvalidState { id: self.id.clone(), detail }
+    }
+
+    /// Adds a chunk of checkpointed entries to this freshly started instance.
+    pub fn restore(&mut self, chunk: &StateChunk) -> Result<(), OperatorError> {
+        let entries: Vec<types::StateEntry> = chunk
+            .entries()
+            .iter()
+            .map(|e| types::StateEntry {
+                key_offset: e.key_offset,
+                key_len: e.key_len,
+                value_offset: e.value_offset,
+                value_len: e.value_len,
+                removed: e.removed,
+            })
+            .collect();
+        let wire = types::StateChunkParam {
+            data: chunk.data(),
+            entries: &entries,
+        };
         self.call(Call::Restore, |live| {
-            live.operator.call_restore(&mut live.store, state)
+            live.operator.call_restore(&mut live.store, wire)
+        })
+    }
+
+    /// Ends a restore: the instance had reached event time `watermark` at the checkpoint.
+    pub fn restored(&mut self, watermark: i64) -> Result<(), OperatorError> {
+        self.call(Call::Restored, |live| {
+            live.operator.call_restored(&mut live.store, watermark)
         })
     }
 

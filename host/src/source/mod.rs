@@ -10,7 +10,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{Event, Message, Origin, Records, TaskFailure, subtask_for};
+use crate::dataflow::{Event, KeyGroups, Message, Origin, Records, TaskFailure};
 use crate::metrics::Metrics;
 
 pub mod config;
@@ -44,10 +44,10 @@ pub(crate) struct SourceTask {
     pub(crate) fetcher: Fetcher,
     pub(crate) partitions: BTreeMap<i32, PartitionState>,
     pub(crate) max_out_of_orderness_ms: i64,
-    /// One sender per downstream subtask; records go by key when `key_by`, else to
-    /// the subtask with this task's index.
+    /// One sender per downstream subtask; records go by key group when `key_by` is
+    /// set, else to the subtask with this task's index.
     pub(crate) outputs: Vec<Sender<Message>>,
-    pub(crate) key_by: bool,
+    pub(crate) key_by: Option<KeyGroups>,
     pub(crate) control: Receiver<Control>,
     pub(crate) events: Sender<Event>,
     pub(crate) metrics: Metrics,
@@ -243,13 +243,14 @@ impl SourceTask {
     }
 
     fn send_records(&self, records: Records) -> Result<(), TaskFailure> {
-        if !self.key_by || self.outputs.len() == 1 {
-            let target = if self.key_by { 0 } else { self.index % self.outputs.len() };
-            return self.send(target, Message::Records(records));
-        }
+        let groups = match self.key_by {
+            Some(groups) if self.outputs.len() > 1 => groups,
+            Some(_) => return self.send(0, Message::Records(records)),
+            None => return self.send(self.index % self.outputs.len(), Message::Records(records)),
+        };
         let mut routed: Vec<Records> = vec![Records::default(); self.outputs.len()];
         for (index, record) in records.batch.iter().enumerate() {
-            routed[subtask_for(record.key, self.outputs.len())].push_from(&records, index);
+            routed[groups.subtask_for(record.key, self.outputs.len())].push_from(&records, index);
         }
         for (target, part) in routed.into_iter().enumerate() {
             if !part.is_empty() {
@@ -264,7 +265,7 @@ impl SourceTask {
         let bytes = layout::encode_source(&states);
         let task = TaskId::Source { index: u32::try_from(self.index).expect("fewer than 2^32 source tasks") };
         self.events
-            .send(Event::State { n, task, bytes, offsets: Some(states) })
+            .send(Event::State { n, task, bytes, offsets: Some(states), changes: None })
             .map_err(|_| TaskFailure::Stopped)?;
         self.broadcast(Message::Barrier(n))
     }

@@ -31,7 +31,8 @@
   (func (export "init") (param i32 i32) (result i32) (call $fill) (call $ok))
   (func (export "process") (param i32 i32 i32 i32 i32 i32) (result i32) (call $ok))
   (func (export "on-watermark") (param i64) (result i32) (call $ok))
-  (func (export "snapshot") (result i32) (call $ok))
-  (func (export "restore") (param i32 i32) (result i32) (call $ok))
+  (func (export "snapshot") (param i32) (result i32) (call $ok))
+  (func (export "restore") (param i32 i32 i32 i32) (result i32) (call $ok))
+  (func (export "restored") (param i64) (result i32) (call $ok))
   ;; TABLES
 )

@@ -7,32 +7,28 @@ mod total;
 
 use std::fmt::Write;
 
-use serde::{Deserialize, Serialize};
 use weir_guest::window::SessionWindows;
 use weir_guest::{Config, Emitter, Error, Operator, Records};
 
 pub use total::Total;
 
-/// The operator: which field to sum and the session gap.
+/// The operator: which field to sum, and how many records this instance skipped.
 #[derive(Debug)]
 pub struct SessionSum {
     field: String,
-    gap_ms: i64,
-}
-
-/// What survives a restart: the open sessions and how many records were skipped.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct State {
-    sessions: SessionWindows<Total>,
     skipped: u64,
 }
 
-impl State {
-    /// Records skipped because their value had no numeric `field`.
+impl SessionSum {
+    /// Records this instance skipped because their value had no numeric `field`
+    /// (counted since it started, not checkpointed).
     pub fn skipped(&self) -> u64 {
         self.skipped
     }
 }
+
+/// What survives a restart: the open sessions, per key.
+pub type State = SessionWindows<Total>;
 
 /// Largest accepted `gap_ms` (about 31 years), far from i64 overflow.
 const MAX_GAP_MS: i64 = 1 << 40;
@@ -57,11 +53,7 @@ impl Operator for SessionSum {
                 "operator config `field` is empty: name a top-level numeric JSON field",
             ));
         }
-        let state = State {
-            sessions: SessionWindows::new(gap_ms)?,
-            skipped: 0,
-        };
-        Ok((Self { field, gap_ms }, state))
+        Ok((Self { field, skipped: 0 }, SessionWindows::new(gap_ms)?))
     }
 
     fn process(
@@ -74,13 +66,11 @@ impl Operator for SessionSum {
             match field::number(record.value, &self.field) {
                 Ok(number) => {
                     let key = record.key.unwrap_or(b"");
-                    state
-                        .sessions
-                        .update(key, record.timestamp, |total| total.add(&number));
+                    state.update(key, record.timestamp, |total| total.add(&number));
                 }
                 Err(reason) => {
                     // Logged once per instance: a stream of bad records must not flood the log.
-                    if state.skipped == 0 {
+                    if self.skipped == 0 {
                         weir_guest::warn!(
                             "session-sum skips records without a numeric `{}`; first one at \
                              timestamp {}: {reason}",
@@ -88,7 +78,7 @@ impl Operator for SessionSum {
                             record.timestamp
                         );
                     }
-                    state.skipped += 1;
+                    self.skipped += 1;
                 }
             }
         }
@@ -101,7 +91,7 @@ impl Operator for SessionSum {
         watermark: i64,
         out: &mut Emitter,
     ) -> Result<(), Error> {
-        state.sessions.fire(watermark, |session, key, total| {
+        state.fire(watermark, |session, key, total| {
             out.emit_with(Some(key), session.end - 1, |value| {
                 value.extend(b"{\"key\":");
                 value.json_string(key);
@@ -119,18 +109,6 @@ impl Operator for SessionSum {
         });
         Ok(())
     }
-
-    fn check_restored(&self, state: &State) -> Result<(), Error> {
-        if state.sessions.gap_ms() != self.gap_ms {
-            return Err(Error::new(format!(
-                "the snapshot holds sessions with a {} ms gap but config `gap_ms` is {}; restore \
-                 with the gap the job ran with, or start the job afresh",
-                state.sessions.gap_ms(),
-                self.gap_ms
-            )));
-        }
-        Ok(())
-    }
 }
 
 weir_guest::export_operator!(SessionSum);
@@ -138,6 +116,7 @@ weir_guest::export_operator!(SessionSum);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_guest::state::StateImage;
     use weir_guest::{Record, Runner};
 
     fn runner() -> Runner<SessionSum> {
@@ -167,7 +146,7 @@ mod tests {
             Record::new(Some(b"u2"), br#"{"amount": "3"}"#, 20),
         ])
         .unwrap();
-        assert_eq!(op.state().skipped(), 3);
+        assert_eq!(op.operator().skipped(), 3);
         let out = op.on_watermark_records(200).unwrap();
         assert_eq!(out[0].timestamp, 109);
         assert_eq!(
@@ -177,9 +156,10 @@ mod tests {
                 r#"{"key":"u1","session_start":0,"session_end":190,"count":2,"sum":3}"#,
             ]
         );
-        let snapshot = op.snapshot().unwrap();
+        let mut checkpoint = StateImage::default();
+        checkpoint.apply(&op.changes().unwrap()).unwrap();
         let mut restored = runner();
-        restored.restore(&snapshot).unwrap();
+        restored.restore_image(&checkpoint, 200).unwrap();
         assert_eq!(
             values(restored.on_watermark_records(600).unwrap()),
             [r#"{"key":"u1","session_start":500,"session_end":600,"count":1,"sum":7}"#]

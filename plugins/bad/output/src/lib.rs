@@ -8,7 +8,14 @@
 //! - `flood`: writes `lines` lines (config, default 10,000) of 4 KB to stdout, one
 //!   40 MB line, and as many 4 KB `log` messages, then passes the record through.
 //!
-//! `snapshot` returns `snapshot_mb` MiB (config, default 0) of state.
+//! `snapshot` misbehaves as config `state` says (default: no state):
+//!
+//! - `big:<mb>`: one entry of `<mb>` MiB under key `big`, once;
+//! - `outside`: an entry whose value lies outside the chunk's data;
+//! - `twice`: the same key twice in one round;
+//! - `endless`: a round that never ends (every chunk holds an entry);
+//! - `keys`: an entry for every key processed since the last round, as a real
+//!   keyed operator does (the host checks that each belongs to the subtask).
 
 #[cfg(target_arch = "wasm32")]
 mod component {
@@ -17,17 +24,54 @@ mod component {
 
     wit_bindgen::generate!({ world: "operator", path: "../../../wit" });
 
+    use std::cell::RefCell;
+
     use weir::operator::log::{Level, log};
-    use weir::operator::types::Entry;
+    use weir::operator::types::{Entry, StateEntry};
 
     struct Settings {
         copies: u32,
         bytes: u32,
         lines: u32,
-        snapshot_mb: u32,
+        state: String,
     }
 
     static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+    thread_local! {
+        /// Keys seen since the last snapshot round (mode `keys`), and whether the
+        /// current round has handed over its one chunk.
+        static SEEN: RefCell<(Vec<Vec<u8>>, bool)> = const { RefCell::new((Vec::new(), false)) };
+    }
+
+    fn chunk(entries: &[(&[u8], &[u8])]) -> StateChunk {
+        let mut data = Vec::new();
+        let mut list = Vec::new();
+        for (key, value) in entries {
+            let key_offset = data.len() as u32;
+            data.extend_from_slice(key);
+            let value_offset = data.len() as u32;
+            data.extend_from_slice(value);
+            list.push(StateEntry {
+                key_offset,
+                key_len: key.len() as u32,
+                value_offset,
+                value_len: value.len() as u32,
+                removed: false,
+            });
+        }
+        StateChunk { data, entries: list }
+    }
+
+    /// One chunk per round, then the empty chunk that ends it.
+    fn once(make: impl FnOnce() -> StateChunk) -> StateChunk {
+        let sent = SEEN.with_borrow_mut(|(_, sent)| {
+            let was = *sent;
+            *sent = !was;
+            was
+        });
+        if sent { chunk(&[]) } else { make() }
+    }
 
     fn settings() -> &'static Settings {
         SETTINGS.get().expect("init ran")
@@ -80,7 +124,10 @@ mod component {
                 copies: number(&config, "copies", 300)?,
                 bytes: number(&config, "bytes", 16 << 20)?,
                 lines: number(&config, "lines", 10_000)?,
-                snapshot_mb: number(&config, "snapshot_mb", 0)?,
+                state: config
+                    .iter()
+                    .find(|(k, _)| k == "state")
+                    .map_or_else(String::new, |(_, v)| v.clone()),
             };
             let _ = SETTINGS.set(settings);
             Ok(())
@@ -89,6 +136,10 @@ mod component {
         fn process(mut batch: Batch) -> Result<Batch, String> {
             for index in 0..batch.entries.len() {
                 let entry = batch.entries[index];
+                if settings().state == "keys" {
+                    let key = &batch.data[entry.key_offset as usize..][..entry.key_len as usize];
+                    SEEN.with_borrow_mut(|(seen, _)| seen.push(key.to_vec()));
+                }
                 let start = entry.value_offset as usize;
                 let value = &batch.data[start..start + entry.value_len as usize];
                 if value == b"amplify" {
@@ -112,11 +163,36 @@ mod component {
             })
         }
 
-        fn snapshot() -> Result<Vec<u8>, String> {
-            Ok(vec![0x5a; (settings().snapshot_mb as usize) << 20])
+        fn snapshot(_max_bytes: u32) -> Result<StateChunk, String> {
+            let state = settings().state.as_str();
+            if let Some(mb) = state.strip_prefix("big:") {
+                let mb: usize = mb.parse().map_err(|e| format!("bad-output: state {state}: {e}"))?;
+                return Ok(once(|| chunk(&[(b"big", &vec![0x5a; mb << 20])])));
+            }
+            Ok(match state {
+                "outside" => once(|| {
+                    let mut outside = chunk(&[(b"k", b"v")]);
+                    outside.entries[0].value_len = 1 << 20;
+                    outside
+                }),
+                "twice" => once(|| chunk(&[(b"k", b"1"), (b"k", b"2")])),
+                "endless" => chunk(&[(b"k", b"v")]),
+                "keys" => once(|| {
+                    let mut seen = SEEN.with_borrow_mut(|(seen, _)| std::mem::take(seen));
+                    seen.sort();
+                    seen.dedup();
+                    let entries: Vec<(&[u8], &[u8])> = seen.iter().map(|k| (&k[..], &b"v"[..])).collect();
+                    chunk(&entries)
+                }),
+                _ => chunk(&[]),
+            })
         }
 
-        fn restore(_state: Vec<u8>) -> Result<(), String> {
+        fn restore(_chunk: StateChunk) -> Result<(), String> {
+            Ok(())
+        }
+
+        fn restored(_watermark: i64) -> Result<(), String> {
             Ok(())
         }
     }
