@@ -101,12 +101,19 @@ fn window_count_commits_exactly_the_reference_output() {
     let metrics = stop_and_compare(&job, &mut child, &input, &log);
     let log_text = std::fs::read_to_string(&log).unwrap();
     assert!(log_text.contains("checkpoint committed"), "no checkpoint was logged:\n{log_text}");
+    // Once every window has fired, nothing changes: an idle job's checkpoint holds no state.
+    let last = log_text.lines().filter(|line| line.contains("checkpoint committed")).last().unwrap();
+    assert!(last.contains("state_changes=0"), "the final checkpoint still wrote state: {last}");
+    let changed = log_text.lines().any(|line| line.contains("checkpoint committed") && !line.contains("state_changes=0"));
+    assert!(changed, "no checkpoint wrote state changes:\n{log_text}");
     for series in [
         "weir_records_in_total{operator=\"count\",subtask=\"0\"}",
         "weir_records_out_total{operator=\"count\",subtask=\"1\"}",
         "weir_last_committed_checkpoint",
         "weir_checkpoint_duration_seconds",
         "weir_checkpoint_size_bytes",
+        "weir_checkpoint_state_changes",
+        "weir_checkpoint_state_change_bytes",
         "weir_restarts_total",
         "weir_consumer_lag",
     ] {
@@ -311,4 +318,61 @@ fn at_least_once_loses_nothing_under_sigkill() {
 /// Waits until the log has one more `needle` than it had when called.
 fn wait_for_another(log: &std::path::Path, needle: &str, within: Duration) {
     job::wait_for_more(log, needle, job::count_in_log(log, needle), within);
+}
+
+/// Input that arrives over about `chunks * 0.3` s, then the flush records.
+fn produce_paced(topic: &str, seed: u64, chunks: usize) -> std::thread::JoinHandle<Vec<clicks::Input>> {
+    let topic = topic.to_string();
+    std::thread::spawn(move || {
+        let mut clicks = Clicks::new(seed, PARTITIONS, 500);
+        let mut all = Vec::new();
+        for _ in 0..chunks {
+            let chunk = clicks.take(2_500);
+            support::produce(&topic, &chunk);
+            all.extend(chunk);
+            std::thread::sleep(Duration::from_millis(300)); // pacing, not synchronisation
+        }
+        let flush = clicks.flush();
+        support::produce(&topic, &flush);
+        all.extend(flush);
+        all
+    })
+}
+
+#[test]
+fn rescaling_between_runs_keeps_the_output_exact() {
+    // Parallelism 2, killed mid-stream; 3, stopped with SIGTERM; then 1 to the end. Each
+    // run restores the key groups its subtasks own now from the previous run's state.
+    let job = job::job_dir("wc-rescale");
+    topics(&job);
+    let log = job.dir.path().join("weir.log");
+    let producer = produce_paced(&job.input, crash_seed(), 30);
+
+    job.window_count(2, 100, WINDOW_MS as u64, "");
+    let mut child = job::start(&job.path(), &log, &[]);
+    job::wait_for_log(&log, "recovered; running", Duration::from_secs(60));
+    for _ in 0..5 {
+        wait_for_another(&log, "checkpoint committed", Duration::from_secs(60));
+    }
+    job::kill(&mut child);
+
+    job.window_count(3, 100, WINDOW_MS as u64, "");
+    let mut child = job::start(&job.path(), &log, &[]);
+    for _ in 0..5 {
+        wait_for_another(&log, "checkpoint committed", Duration::from_secs(60));
+    }
+    let status = job::terminate(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{}", job::read_log(&log));
+
+    let input = producer.join().expect("producer thread");
+    job.window_count(1, 100, WINDOW_MS as u64, "");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let _ = stop_and_compare(&job, &mut child, &input, &log);
+    let text = job::read_log(&log);
+    for parallelism in [3, 1] {
+        let restored = text.lines().any(|line| {
+            line.contains("restored keyed state") && line.contains(&format!("parallelism={parallelism}"))
+        });
+        assert!(restored, "no restore at parallelism {parallelism}:\n{text}");
+    }
 }

@@ -421,3 +421,51 @@ fn a_panicking_task_fails_the_attempt_at_once_and_names_the_task() {
     finish_window_count(&job, &input, "after.log");
     assert_exact(&job, &input);
 }
+
+/// Runs bad-output with config `state = "<mode>"` until the job stops by itself;
+/// returns its log. Nothing may be committed.
+fn run_bad_state(prefix: &str, mode: &str, key_by: bool) -> String {
+    let job = job::job_dir(prefix);
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    let plugin = support::plugin("bad-output");
+    let config = format!("[operators.config]\nstate = \"{mode}\"\n");
+    job.one_operator(2, 100, ("bad", &plugin, key_by), &config, "");
+    let input: Vec<clicks::Input> =
+        (0..100).map(|i| ((i % PARTITIONS as usize) as i32, format!("k{i}").into_bytes(), b"v".to_vec(), 1_000 + i as i64)).collect();
+    support::produce(&job.input, &input);
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("the job must stop by itself");
+    let text = job::read_log(&log);
+    assert!(!status.success(), "{text}");
+    let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
+    assert!(committed.is_empty(), "{} records committed by a job whose state was refused", committed.len());
+    text
+}
+
+#[test]
+fn state_from_an_operator_whose_input_is_not_keyed_stops_the_job() {
+    let text = run_bad_state("state-unkeyed", "keys", false);
+    assert!(text.contains("snapshot returned malformed state changes"), "{text}");
+    assert!(text.contains("set key_by = true for operator `bad`"), "{text}");
+}
+
+#[test]
+fn a_key_twice_in_one_round_stops_the_job() {
+    let text = run_bad_state("state-twice", "twice", true);
+    assert!(text.contains("comes twice in one round"), "{text}");
+}
+
+#[test]
+fn a_state_key_of_another_subtask_stops_the_job() {
+    // Both subtasks write key `k`; one of them does not own its key group.
+    let text = run_bad_state("state-foreign", "foreign", true);
+    assert!(text.contains("which subtask") && text.contains("does not own"), "{text}");
+}
+
+#[test]
+fn state_changes_outside_their_chunk_stop_the_job() {
+    let text = run_bad_state("state-outside", "outside", true);
+    assert!(text.contains("points at bytes"), "{text}");
+}

@@ -75,7 +75,11 @@ impl TaskFailure {
             TaskFailure::Store(e) => !matches!(e, StoreError::Rocks { .. }),
             TaskFailure::Recovery(e) => !matches!(e, RecoveryError::Unreachable { .. } | RecoveryError::Offsets { .. }),
             TaskFailure::Operator { error, .. } => {
-                matches!(**error, OperatorError::Init { .. } | OperatorError::Instantiate { .. })
+                // Malformed state changes come back the same after a restart.
+                matches!(
+                    **error,
+                    OperatorError::Init { .. } | OperatorError::Instantiate { .. } | OperatorError::InvalidState { .. }
+                )
             }
             TaskFailure::Stopped
             | TaskFailure::Poisoned { .. }

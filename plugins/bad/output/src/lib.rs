@@ -12,7 +12,8 @@
 //!
 //! - `big:<mb>`: one entry of `<mb>` MiB under key `big`, once;
 //! - `outside`: an entry whose value lies outside the chunk's data;
-//! - `twice`: the same key twice in one round;
+//! - `twice`: the first key processed since the last round, twice in one round;
+//! - `foreign`: key `k` in every round, though only one subtask owns its key group;
 //! - `endless`: a round that never ends (every chunk holds an entry);
 //! - `keys`: an entry for every key processed since the last round, as a real
 //!   keyed operator does (the host checks that each belongs to the subtask).
@@ -136,7 +137,7 @@ mod component {
         fn process(mut batch: Batch) -> Result<Batch, String> {
             for index in 0..batch.entries.len() {
                 let entry = batch.entries[index];
-                if settings().state == "keys" {
+                if matches!(settings().state.as_str(), "keys" | "twice") {
                     let key = &batch.data[entry.key_offset as usize..][..entry.key_len as usize];
                     SEEN.with_borrow_mut(|(seen, _)| seen.push(key.to_vec()));
                 }
@@ -175,7 +176,14 @@ mod component {
                     outside.entries[0].value_len = 1 << 20;
                     outside
                 }),
-                "twice" => once(|| chunk(&[(b"k", b"1"), (b"k", b"2")])),
+                "twice" => once(|| {
+                    let seen = SEEN.with_borrow_mut(|(seen, _)| std::mem::take(seen));
+                    match seen.first() {
+                        Some(key) => chunk(&[(key, b"1"), (key, b"2")]),
+                        None => chunk(&[]),
+                    }
+                }),
+                "foreign" => once(|| chunk(&[(b"k", b"v")])),
                 "endless" => chunk(&[(b"k", b"v")]),
                 "keys" => once(|| {
                     let mut seen = SEEN.with_borrow_mut(|(seen, _)| std::mem::take(seen));
