@@ -195,12 +195,17 @@ fn kill_at_every_protocol_step(job: &JobDir, log: &std::path::Path) {
 }
 
 /// SIGKILLs fresh runs of the job at random moments from 0 to 2.5 s after spawn, so that
-/// kills land during start-up, recovery, processing and checkpoints alike. Returns how
-/// many landed while the job was running (after it logged that it had recovered).
-fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, seed: u64) -> usize {
+/// kills land during start-up, recovery, processing and checkpoints alike; with
+/// `lose_state`, the state_dir is deleted before a random half of the restarts, so those
+/// rebuild it from the changelog. Returns how many kills landed while the job was
+/// running (after it logged that it had recovered).
+fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, seed: u64, lose_state: bool) -> usize {
     let mut state = seed;
     let mut while_running = 0;
     for _ in 0..kills {
+        if lose_state && next_random(&mut state) % 2 == 0 && job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
         let delay = Duration::from_millis(next_random(&mut state) % 2500);
         let running_before = job::count_in_log(log, "recovered; running");
         let mut child = job::start(&job.path(), log, &[]);
@@ -248,8 +253,10 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
 
     let producer = produce_while_killing(&job.input, seed);
     kill_at_every_protocol_step(&job, &log);
-    let while_running = kill_at_random_moments(&job, &log, kills, seed);
+    let while_running = kill_at_random_moments(&job, &log, kills, seed, true);
     assert!(while_running * 4 >= kills, "only {while_running} of {kills} random kills landed in a running job");
+    let rebuilt = job::count_in_log(&log, "rebuilt keyed state from the changelog");
+    assert!(rebuilt > 0, "no restart rebuilt its state from the changelog");
 
     let input = producer.join().expect("producer thread");
     clicks::assert_keys_spread(&input, PARTITIONS);
@@ -263,8 +270,8 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     let recovery = killed.elapsed();
     let _ = stop_and_compare(&job, &mut child, &input, &log);
     eprintln!(
-        "survived {} random kills ({while_running} in a running job) and {} protocol-step kills; \
-         checked {} input records; kill → first new commit: {} ms",
+        "survived {} random kills ({while_running} in a running job, {rebuilt} restarts rebuilt from the \
+         changelog) and {} protocol-step kills; checked {} input records; kill → first new commit: {} ms",
         kills + 1,
         STEP_KILLS.len(),
         input.len(),
@@ -280,7 +287,7 @@ fn at_least_once_loses_nothing_under_sigkill() {
     let log = job.dir.path().join("weir.log");
     let seed = crash_seed();
     let producer = produce_while_killing(&job.input, seed);
-    let while_running = kill_at_random_moments(&job, &log, 12, seed);
+    let while_running = kill_at_random_moments(&job, &log, 12, seed, false);
     let input = producer.join().expect("producer thread");
     let expected = clicks::window_counts(&input, WINDOW_MS);
     let mut child = job::start(&job.path(), &log, &[]);

@@ -361,9 +361,27 @@ fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
 }
 
 #[test]
-fn a_checkpoint_missing_from_the_store_refuses_to_start() {
+fn a_lost_state_dir_and_changelog_is_a_clear_error_and_commits_nothing() {
     let (job, input) = window_count_job("lost-store", 2_000);
     finish_window_count(&job, &input, "first.log");
+
+    std::fs::remove_dir_all(job.state_dir()).unwrap();
+    support::delete_topic(&format!("{}-changelog", job.name));
+    let second = log_of(&job, "second.log");
+    let mut child = job::start(&job.path(), &second, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
+    assert!(!status.success());
+    let text = job::read_log(&second);
+    assert!(text.contains("changelog topic") && text.contains("does not exist") && text.contains("state is lost"), "unclear error:\n{text}");
+    assert_exact(&job, &input);
+}
+
+#[test]
+fn foreign_records_in_the_changelog_are_a_clear_error() {
+    let (job, input) = window_count_job("foreign-changelog", 1_000);
+    finish_window_count(&job, &input, "first.log");
+    let changelog = format!("{}-changelog", job.name);
+    support::produce(&changelog, &[(3, b"a key".to_vec(), b"a value".to_vec(), 1)]);
 
     std::fs::remove_dir_all(job.state_dir()).unwrap();
     let second = log_of(&job, "second.log");
@@ -371,8 +389,23 @@ fn a_checkpoint_missing_from_the_store_refuses_to_start() {
     let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
     assert!(!status.success());
     let text = job::read_log(&second);
-    assert!(text.contains("is not in the checkpoint store") && text.contains("refuses"), "unclear error:\n{text}");
+    assert!(text.contains("holds a record weir did not write") && text.contains("partition 3"), "unclear error:\n{text}");
     assert_exact(&job, &input);
+}
+
+#[test]
+fn a_changelog_with_the_wrong_partition_count_is_refused() {
+    let job = job::job_dir("changelog-partitions");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    support::create_topic(&format!("{}-changelog", job.name), 3);
+    job.window_count(2, 200, WINDOW_MS as u64, "");
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
+    assert!(!status.success());
+    let text = job::read_log(&log);
+    assert!(text.contains("has 3 partitions but the job has 128 key groups"), "unclear error:\n{text}");
 }
 
 #[test]

@@ -14,6 +14,8 @@
 //! key_groups = 128                # optional: the key groups keyed state is kept in, 1..=32768;
 //!                                 # default: the smallest multiple of the input's partition count
 //!                                 # that is at least 128; fixed by the job's first checkpoint
+//! changelog_topic = "clicks-per-user-changelog"  # default: "<name>-changelog"; on the sink's brokers,
+//!                                 # created (one partition per key group, compacted) when missing
 //! checkpoint_interval_ms = 1000   # 10..=600000, and at most half the sink's transaction.timeout.ms
 //! state_dir = "state"             # the checkpoint store; relative to this file's directory
 //!
@@ -112,6 +114,9 @@ pub struct Job {
     /// number the job's checkpoints recorded.
     #[serde(default, deserialize_with = "key_groups")]
     pub key_groups: Option<u32>,
+    /// The compacted topic keyed state is kept in; `None`: `<name>-changelog`.
+    #[serde(default, deserialize_with = "optional_topic")]
+    pub changelog_topic: Option<String>,
     #[serde(deserialize_with = "checkpoint_interval_ms")]
     pub checkpoint_interval_ms: u64,
     /// The checkpoint store's directory.

@@ -5,6 +5,7 @@
 //! words the tasks exchange live in `dataflow`, below all of them (ARCHITECTURE.md).
 
 pub mod batch;
+mod changelog;
 pub mod checkpoint;
 mod dataflow;
 pub mod engine;

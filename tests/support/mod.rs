@@ -267,3 +267,25 @@ pub fn delete_records(topic: &str, partition: i32, before: i64) {
         element.error().unwrap_or_else(|e| panic!("deleting records of {topic}/{partition}: {e}"));
     }
 }
+
+/// Deletes topic `name`, and waits until the broker no longer lists it.
+pub fn delete_topic(name: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("admin client");
+    let options = AdminOptions::new().operation_timeout(Some(WAIT));
+    for result in block_on(admin.delete_topics(&[name], &options)).expect("delete_topics") {
+        result.unwrap_or_else(|(topic, code)| panic!("deleting topic {topic}: {code}"));
+    }
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("consumer");
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        let metadata = consumer.fetch_metadata(Some(name), WAIT).expect("metadata");
+        if metadata.topics().iter().all(|t| t.name() != name || t.error().is_some() || t.partitions().is_empty()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("topic {name} still listed {WAIT:?} after its deletion");
+}

@@ -13,6 +13,15 @@
 //! weir:operator@0.1). From format 2 on, keyed state lives apart, per key group, in
 //! the store's state and delta key spaces (`store.rs`); the entry keeps the watermark.
 //!
+//! From format 2 on, every checkpoint is also in the job's changelog topic (DESIGN.md §5),
+//! in the checkpoint's own Kafka transaction: each changed key as a record in partition
+//! = its key group, key = stage u32be ‖ key, value = 0x01 ‖ state (none: a removal,
+//! which compaction then drops), header `weir.job` = the job; and the checkpoint record
+//! in partition 0, key = `CHECKPOINT_RECORD_KEY`, value = n u64le ‖ meta len u32le ‖
+//! meta ‖ per task (name len u16le ‖ name ‖ len u32le ‖ entry). Compaction keeps each
+//! key's last record, so the topic read to its end is the state of the last committed
+//! checkpoint.
+//!
 //! Format 1 nests the shape so that a weir that reads only format 0 refuses it as an
 //! unreadable job description (it cannot go back) rather than reading its packed
 //! entries as corrupt JSON. Each format's serde structs are its own and frozen: the
@@ -28,6 +37,12 @@ use super::store::Checkpoint;
 
 /// The format this build writes.
 pub const FORMAT: u32 = 2;
+
+/// The header naming the job on every changelog record.
+pub const CHANGELOG_JOB_HEADER: &str = "weir.job";
+/// The key of the checkpoint record; its stage, `u32::MAX`, is no operator's.
+pub const CHECKPOINT_RECORD_KEY: &[u8] = b"\xff\xff\xff\xffcheckpoint";
+const CHANGELOG_VALUE_TAG: u8 = 1;
 
 /// Kafka offset metadata: names the checkpoint that the committed offsets belong to.
 const OFFSET_METADATA_PREFIX: &str = "weir:ckpt=";
@@ -319,6 +334,86 @@ fn decode_operator(format: u32, name: &str, bytes: &[u8]) -> Result<OperatorStat
     Ok(OperatorState { watermark: i64::from_le_bytes(*watermark), guest: guest.to_vec() })
 }
 
+/// A changed key's changelog record key.
+pub fn changelog_key(stage: u32, key: &[u8]) -> Vec<u8> {
+    [&stage.to_be_bytes()[..], key].concat()
+}
+
+/// A changed key's changelog record value.
+pub fn changelog_value(state: &[u8]) -> Vec<u8> {
+    [&[CHANGELOG_VALUE_TAG][..], state].concat()
+}
+
+/// What a changelog record holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ChangelogRecord<'a> {
+    /// A key's state, or its removal (`None`).
+    State { stage: u32, key: &'a [u8], state: Option<&'a [u8]> },
+    /// A checkpoint's manifest and task entries.
+    Checkpoint(Checkpoint),
+}
+
+/// Reads a changelog record; the error says why it is no weir record of this format.
+pub fn parse_changelog<'a>(key: &'a [u8], value: Option<&'a [u8]>) -> Result<ChangelogRecord<'a>, String> {
+    if key == CHECKPOINT_RECORD_KEY {
+        let value = value.ok_or("a checkpoint record without a value")?;
+        return parse_checkpoint_record(value).map(ChangelogRecord::Checkpoint);
+    }
+    let (stage, key) = key.split_first_chunk::<4>().ok_or_else(|| format!("a key of {} bytes", key.len()))?;
+    let stage = u32::from_be_bytes(*stage);
+    if stage == u32::MAX {
+        return Err("a key of the reserved stage".into());
+    }
+    let state = match value {
+        None => None,
+        Some([CHANGELOG_VALUE_TAG, state @ ..]) => Some(state),
+        Some(other) => return Err(format!("a value of {} bytes not tagged {CHANGELOG_VALUE_TAG}", other.len())),
+    };
+    Ok(ChangelogRecord::State { stage, key, state })
+}
+
+/// The changelog's checkpoint record of `checkpoint`.
+///
+/// # Panics
+/// If a task name is 64 KiB or longer or an entry or the meta 4 GiB or more; the
+/// store's limits keep them far below.
+pub fn checkpoint_record(checkpoint: &Checkpoint) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&checkpoint.n.to_le_bytes());
+    let len32 = |len: usize| u32::try_from(len).expect("below 4 GiB").to_le_bytes();
+    out.extend_from_slice(&len32(checkpoint.meta.len()));
+    out.extend_from_slice(&checkpoint.meta);
+    for (name, bytes) in &checkpoint.tasks {
+        out.extend_from_slice(&u16::try_from(name.len()).expect("a short task name").to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&len32(bytes.len()));
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+fn parse_checkpoint_record(mut bytes: &[u8]) -> Result<Checkpoint, String> {
+    fn take<'b>(bytes: &mut &'b [u8], n: usize) -> Result<&'b [u8], String> {
+        if bytes.len() < n {
+            return Err(format!("a checkpoint record cut short ({} bytes left, {n} needed)", bytes.len()));
+        }
+        let (head, rest) = bytes.split_at(n);
+        *bytes = rest;
+        Ok(head)
+    }
+    let n = u64::from_le_bytes(take(&mut bytes, 8)?.try_into().expect("8 bytes"));
+    let meta_len = u32::from_le_bytes(take(&mut bytes, 4)?.try_into().expect("4 bytes")) as usize;
+    let meta = take(&mut bytes, meta_len)?.to_vec();
+    let mut tasks = BTreeMap::new();
+    while !bytes.is_empty() {
+        let name_len = u16::from_le_bytes(take(&mut bytes, 2)?.try_into().expect("2 bytes")) as usize;
+        let name = String::from_utf8(take(&mut bytes, name_len)?.to_vec()).map_err(|_| "a task name that is not UTF-8")?;
+        let len = u32::from_le_bytes(take(&mut bytes, 4)?.try_into().expect("4 bytes")) as usize;
+        tasks.insert(name, take(&mut bytes, len)?.to_vec());
+    }
+    Ok(Checkpoint { n, meta, tasks })
+}
+
 /// The offset metadata committed with checkpoint `n`.
 pub fn offset_metadata(n: u64) -> String {
     format!("{OFFSET_METADATA_PREFIX}{n}")
@@ -442,6 +537,23 @@ mod tests {
         let meta = encode_shape(&Shape { parallelism: 1, key_groups: Some(4), operators: vec![], source_topic: "t".into() });
         assert!(serde_json::from_slice::<ShapeV0>(&meta).is_err());
         assert!(serde_json::from_slice::<serde_json::Value>(&meta).unwrap().get("parallelism").is_none());
+    }
+
+    #[test]
+    fn changelog_records_round_trip_and_foreign_ones_are_refused() {
+        let key = changelog_key(2, b"user-1");
+        let value = changelog_value(b"state");
+        let read = parse_changelog(&key, Some(&value)).unwrap();
+        assert_eq!(read, ChangelogRecord::State { stage: 2, key: b"user-1", state: Some(b"state") });
+        let removal = parse_changelog(&key, None).unwrap();
+        assert_eq!(removal, ChangelogRecord::State { stage: 2, key: b"user-1", state: None });
+        let stored = checkpoint(b"{}", &[("source/0", vec![1, 2]), ("op/0/0", encode_operator(5))]);
+        let record = checkpoint_record(&stored);
+        assert_eq!(parse_changelog(CHECKPOINT_RECORD_KEY, Some(&record)).unwrap(), ChangelogRecord::Checkpoint(stored));
+        assert!(parse_changelog(b"abc", Some(&value)).is_err(), "a short key");
+        assert!(parse_changelog(&key, Some(b"\x07x")).is_err(), "an untagged value");
+        assert!(parse_changelog(CHECKPOINT_RECORD_KEY, Some(&record[..record.len() - 1])).is_err(), "cut short");
+        assert!(parse_changelog(&changelog_key(u32::MAX, b"x"), Some(&value)).is_err(), "the reserved stage");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The checkpoint coordinator: every interval it injects barrier N into the sources,
 //! gathers every task's entry and the operators' keyed state changes into the store,
-//! seals it (synced), and makes the Kafka transaction commit the single decision point
-//! for N (DESIGN.md §2). Once N is committed, its changes join the store's state.
+//! writes the changes and the checkpoint record to the changelog topic in N's Kafka
+//! transaction, seals N in the store (synced), and makes the Kafka transaction commit
+//! the single decision point for N (DESIGN.md §2). Once N is committed, its changes
+//! join the store's state.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::layout;
+use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::dataflow::{Event, TaskFailure};
 use crate::metrics::Metrics;
 use crate::sink::{self, Sink};
@@ -26,6 +29,8 @@ pub(super) struct Coordinator<'a> {
     pub(super) store: &'a CheckpointStore,
     pub(super) sink: &'a Sink,
     pub(super) source_topic: &'a str,
+    /// Where every checkpoint's state changes go, in its transaction.
+    pub(super) changelog_topic: &'a str,
     pub(super) sources: Vec<Sender<Control>>,
     pub(super) events: Receiver<Event>,
     pub(super) committed: Sender<u64>,
@@ -97,7 +102,7 @@ impl Coordinator<'_> {
         fault::point(Step::AfterBarrier, n);
 
         let deadline = started + self.timeout;
-        let mut tasks = Vec::with_capacity(self.expected_states);
+        let mut tasks = BTreeMap::new();
         let mut offsets = BTreeMap::new();
         let mut sink_aligned = false;
         let (mut changed, mut changed_bytes) = (0u64, 0u64);
@@ -109,15 +114,22 @@ impl Coordinator<'_> {
                     let task = task.to_string();
                     self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
                     if let Some(changes) = changes {
-                        let entries = changes.groups.iter().zip(changes.chunk.iter());
-                        let entries = entries.map(|(&group, (key, value))| (group, key, value));
-                        changed_bytes += self.store.put_changes(n, changes.stage, entries)?;
+                        let entries = || {
+                            let entries = changes.groups.iter().zip(changes.chunk.iter());
+                            entries.map(|(&group, (key, value))| (group, key, value))
+                        };
+                        changed_bytes += self.store.put_changes(n, changes.stage, entries())?;
                         changed += changes.groups.len() as u64;
+                        for (group, key, value) in entries() {
+                            let key = layout::changelog_key(changes.stage, key);
+                            let value = value.map(layout::changelog_value);
+                            self.sink.send_changelog(self.changelog_topic, group as i32, &key, value.as_deref())?;
+                        }
                     }
                     for state in reached.into_iter().flatten() {
                         offsets.insert(state.partition, state.next_offset);
                     }
-                    tasks.push(task);
+                    tasks.insert(task, bytes);
                 }
                 Ok(Event::SinkAligned(m)) => {
                     assert_eq!(m, n, "the sink aligned checkpoint {m} during {n}");
@@ -131,7 +143,10 @@ impl Coordinator<'_> {
             }
         }
 
-        let names: Vec<&str> = tasks.iter().map(String::as_str).collect();
+        let checkpoint = Checkpoint { n, meta: self.meta.clone(), tasks };
+        let record = layout::checkpoint_record(&checkpoint);
+        self.sink.send_changelog(self.changelog_topic, 0, layout::CHECKPOINT_RECORD_KEY, Some(&record))?;
+        let names: Vec<&str> = checkpoint.tasks.keys().map(String::as_str).collect();
         let size = self.store.seal(n, &names, &self.meta).map_err(TaskFailure::Store)?;
         fault::point(Step::AfterSeal, n);
         tracing::debug!(checkpoint = n, "checkpoint sealed; committing it in Kafka");

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
+use crate::changelog;
 use crate::checkpoint::layout::{self, PartitionState};
 use crate::dataflow::{Event, KeyGroups, Message, TaskFailure};
 use crate::operator::OperatorInstance;
@@ -39,6 +40,7 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
     let stages = job.operators.len();
     let (events_tx, events_rx) = bounded::<Event>(4 * parallelism * (stages + 2) + 16);
     let (committed_tx, committed_rx) = bounded::<u64>(1);
+    let changelog_topic = changelog::topic(job);
 
     let outcome = std::thread::scope(|scope| {
         // edges[k] leads into stage k; edges[stages] into the sink. Owned by this closure,
@@ -67,6 +69,7 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
             store: &engine.store,
             sink: &sink,
             source_topic: &job.source.topic,
+            changelog_topic: &changelog_topic,
             sources: control.clone(),
             events: events_rx,
             committed: committed_tx,

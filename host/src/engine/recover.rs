@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+use crate::changelog;
 use crate::checkpoint::layout::{self, FormatError, PartitionState, Shape, Snapshot};
 use crate::checkpoint::recovery::{self, Resume};
 use crate::checkpoint::store::{CheckpointStore, StoreError};
@@ -49,18 +50,22 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let resume_consumer = consumer(job)?;
     let resume = recovery::committed(&resume_consumer, group, &job.source.topic, &partitions, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
-    let snapshot = match resume.checkpoint {
-        Some(n) => Some(load(job, store, n)?),
-        None => None,
-    };
     // Anything sealed after the committed checkpoint (on a fresh start: anything at all)
     // never reached its Kafka commit; the attempt reuses those ids, so it must go. The
-    // keyed state becomes that of the committed checkpoint.
+    // keyed state becomes that of the committed checkpoint: from the state_dir if it
+    // holds it, else rebuilt from the changelog.
+    let snapshot = match resume.checkpoint {
+        Some(n) => Some(load(job, store, n)?),
+        None => {
+            store.restore_point(0)?;
+            None
+        }
+    };
     let committed = resume.checkpoint.unwrap_or(0);
-    store.restore_point(committed).map_err(TaskFailure::Store)?;
     fault::point(Step::DuringRecovery, committed);
 
     let key_groups = key_groups(job, partitions.len(), snapshot.as_ref())?;
+    changelog::prepare(job, key_groups, resume.checkpoint)?;
     let sources = start_offsets(job, &resume_consumer, &partitions, &resume, snapshot.as_ref())?;
     let operators = instances(job, plugins, metrics, store, snapshot.as_ref(), key_groups)?;
     sink.begin()?;
@@ -127,9 +132,17 @@ fn sink_config(job: &Job) -> SinkConfig<'_> {
     }
 }
 
-/// Checkpoint `n`, decoded and checked against this job's shape.
+/// Checkpoint `n` with the keyed state brought to it, decoded and checked against this
+/// job's shape. A state_dir that cannot give `n` is rebuilt from the changelog.
 fn load(job: &Job, store: &CheckpointStore, n: u64) -> Result<Snapshot, TaskFailure> {
-    let checkpoint = store.load(n).map_err(TaskFailure::Store)?;
+    let local = || store.load(n).and_then(|checkpoint| store.restore_point(n).map(|()| checkpoint));
+    let checkpoint = match local() {
+        Err(StoreError::Missing { .. }) => {
+            changelog::rebuild(job, store, n)?;
+            local()?
+        }
+        other => other?,
+    };
     let snapshot = layout::decode(&checkpoint).map_err(|error| match error {
         FormatError::Newer { .. } => TaskFailure::Incompatible(format!("checkpoint {n} cannot be read: {error}")),
         FormatError::Corrupt { task, detail } => TaskFailure::Store(corrupt(store, n, task, detail)),

@@ -178,6 +178,17 @@ impl Sink {
         Ok(())
     }
 
+    /// Writes one changelog record (`checkpoint::layout` encodes it) to `partition` of
+    /// `topic`, in the current transaction; `None` is a removal (a tombstone).
+    pub(crate) fn send_changelog(&self, topic: &str, partition: i32, key: &[u8], value: Option<&[u8]>) -> Result<(), SinkError> {
+        let headers = OwnedHeaders::new().insert(Header { key: layout::CHANGELOG_JOB_HEADER, value: Some(self.job.as_bytes()) });
+        let mut message = BaseRecord::<[u8], [u8]>::to(topic).partition(partition).key(key).headers(headers);
+        if let Some(value) = value {
+            message = message.payload(value);
+        }
+        self.enqueue(message)
+    }
+
     /// Hands one record, its headers and `extra_headers` to the producer.
     fn produce(&self, topic: &str, record: RecordRef<'_>, extra_headers: &[(&str, &str)]) -> Result<(), SinkError> {
         let mut message = BaseRecord::<[u8], [u8]>::to(topic)

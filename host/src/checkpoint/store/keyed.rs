@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use rocksdb::{WriteBatch, WriteOptions};
 
-use super::{CheckpointStore, StoreError, frame, unframe};
+use super::{Checkpoint, CheckpointStore, StoreError, frame, unframe};
 use crate::state::StateChunk;
 
 const STATE: u8 = 0x02;
@@ -169,6 +169,45 @@ impl CheckpointStore {
             f(chunk)?;
         }
         Ok(entries)
+    }
+
+    /// Starts rebuilding the keyed state from elsewhere (the changelog): deletes every
+    /// checkpoint, delta and the state. Until `finish_rebuild`, recovery finds no
+    /// checkpoint here and rebuilds again.
+    pub fn begin_rebuild(&self) -> Result<(), StoreError> {
+        self.discard_after(0)?;
+        self.clear_state()
+    }
+
+    /// Writes rebuilt state: each `(stage, group, key, state)`, `None` deleting the key.
+    pub fn put_state<'a>(&self, entries: impl IntoIterator<Item = (u32, u32, &'a [u8], Option<&'a [u8]>)>) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        for (stage, group, key, state) in entries {
+            let state_key = self.state_key(stage, group, key);
+            match state {
+                Some(state) => batch.put(&state_key, frame(&state_key, state).0),
+                None => batch.delete(&state_key),
+            }
+        }
+        self.db
+            .write_opt(batch, &WriteOptions::default())
+            .map_err(|source| self.rocks("writing rebuilt state".into(), source))
+    }
+
+    /// Ends a rebuild: seals `checkpoint` as the one the state now reflects.
+    pub fn finish_rebuild(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        let n = checkpoint.n;
+        for (task, bytes) in &checkpoint.tasks {
+            self.put(n, task, bytes)?;
+        }
+        let tasks: Vec<&str> = checkpoint.tasks.keys().map(String::as_str).collect();
+        self.seal(n, &tasks, &checkpoint.meta)?;
+        let base_key = self.space_key(BASE);
+        let mut sync = WriteOptions::default();
+        sync.set_sync(true);
+        self.db
+            .put_opt(&base_key, frame(&base_key, &n.to_le_bytes()).0, &sync)
+            .map_err(|source| self.rocks(format!("marking the state as that of checkpoint {n}"), source))
     }
 
     /// Deletes the base and every delta: the job starts over with empty state.

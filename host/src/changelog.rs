@@ -1,0 +1,300 @@
+//! The job's changelog topic (DESIGN.md §5): every checkpoint's keyed state changes and
+//! its checkpoint record, written in the checkpoint's own Kafka transaction, so that the
+//! topic read to its end (read_committed) is the state of the last committed checkpoint.
+//! The local store is a cache of it: when the `state_dir` cannot give the committed
+//! checkpoint (a new machine, a deleted directory), recovery rebuilds it from here.
+//!
+//! The topic has one partition per key group and `cleanup.policy=compact`: Kafka keeps
+//! each key's last state and, once compacted, drops removed keys.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::checkpoint::layout::{self, ChangelogRecord};
+use crate::checkpoint::store::{Checkpoint, CheckpointStore};
+use crate::dataflow::{KeyGroups, TaskFailure};
+use crate::job::{Delivery, Job};
+use crate::source;
+
+/// How long Kafka may take to answer a metadata or admin request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a rebuild may go without reading anything before it gives up.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Rebuilt entries written to the store per batch.
+const WRITE_BATCH: usize = 10_000;
+
+/// The changelog topic of `job`: `changelog_topic`, else `<name>-changelog`.
+pub(crate) fn topic(job: &Job) -> String {
+    job.changelog_topic.clone().unwrap_or_else(|| format!("{}-changelog", job.name))
+}
+
+/// Makes sure the changelog exists with one partition per key group, creating it
+/// (compacted) on a fresh start. A fresh start refuses a changelog that already holds
+/// committed records: they are the state of an earlier run of a job of this name, and
+/// a later rebuild would bring them back.
+pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>) -> Result<(), TaskFailure> {
+    let topic = topic(job);
+    let partitions = partition_count(job, &topic)?;
+    match (partitions, checkpoint) {
+        (None, None) => create(job, &topic, key_groups),
+        (None, Some(n)) => Err(TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` on {} does not exist, but Kafka's committed offsets name checkpoint {n}: \
+             the job's state is gone from Kafka. Restore the topic, or start over deliberately with empty state by \
+             deleting consumer group `{}`",
+            job.sink.brokers, job.name
+        ))),
+        (Some(found), _) if found != key_groups.count() => Err(wrong_partitions(job, &topic, found, key_groups)),
+        (Some(_), Some(_)) => Ok(()),
+        // At-least-once writes the changelog outside transactions, so a run killed before
+        // its first offset commit leaves records: the state may run ahead, never behind.
+        (Some(_), None) if job.sink.delivery == Delivery::AtLeastOnce => Ok(()),
+        (Some(_), None) => {
+            let consumer = reader(job, &topic, key_groups.count())?;
+            if let Some(offset) = first_record(&consumer, &topic, key_groups.count())? {
+                return Err(TaskFailure::Incompatible(format!(
+                    "the changelog topic `{topic}` already holds state (a committed record at {offset}) but job `{}` \
+                     has no committed checkpoint: it is the state of an earlier run. Delete the topic to start over, \
+                     or set changelog_topic to a new name",
+                    job.name
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Rebuilds the store's keyed state and checkpoint `n` from the changelog: every
+/// committed record, in order, per key group.
+pub(crate) fn rebuild(job: &Job, store: &CheckpointStore, n: u64) -> Result<(), TaskFailure> {
+    let started = Instant::now();
+    let topic = topic(job);
+    let Some(partitions) = partition_count(job, &topic)? else {
+        return Err(TaskFailure::Incompatible(format!(
+            "checkpoint {n} is not in the state_dir {} and the changelog topic `{topic}` that could rebuild it does \
+             not exist: the job's state is lost. Restore the state_dir or the topic, or start over deliberately \
+             with empty state by deleting consumer group `{}`",
+            store.dir().display(),
+            job.name
+        )));
+    };
+    tracing::info!(checkpoint = n, topic = %topic, partitions, "rebuilding keyed state from the changelog");
+    let key_groups = KeyGroups::new(partitions);
+    let consumer = reader(job, &topic, partitions)?;
+    store.begin_rebuild()?;
+    let mut rebuilt = Rebuilt { store, key_groups, job: &job.name, topic: &topic, pending: Vec::new(), entries: 0, checkpoint: None };
+    read_to_end(&consumer, &topic, partitions, |partition, offset, message| rebuilt.add(partition, offset, message))?;
+    rebuilt.flush()?;
+    let entries = rebuilt.entries;
+    let mut checkpoint = rebuilt.checkpoint.take().ok_or_else(|| {
+        TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` holds no checkpoint record, but Kafka's committed offsets name checkpoint \
+             {n}: it is not this job's changelog, or it was emptied"
+        ))
+    })?;
+    // At-least-once: the changelog may run ahead of the offsets (never behind); the
+    // records after them are read again, as at-least-once allows.
+    if job.sink.delivery == Delivery::AtLeastOnce && checkpoint.n > n {
+        checkpoint.n = n;
+    }
+    if checkpoint.n != n {
+        return Err(TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` ends at checkpoint {}, but Kafka's committed offsets name checkpoint {n}: \
+             the topic or the offsets were changed outside weir",
+            checkpoint.n
+        )));
+    }
+    let recorded = layout::decode(&checkpoint).ok().and_then(|snapshot| snapshot.shape.key_groups);
+    if recorded != Some(partitions) {
+        return Err(wrong_partitions(job, &topic, partitions, KeyGroups::new(recorded.unwrap_or(0).max(1))));
+    }
+    store.finish_rebuild(&checkpoint)?;
+    tracing::info!(
+        checkpoint = n, entries, duration_ms = started.elapsed().as_millis() as u64,
+        "rebuilt keyed state from the changelog"
+    );
+    Ok(())
+}
+
+/// What a rebuild has read so far.
+struct Rebuilt<'a> {
+    store: &'a CheckpointStore,
+    key_groups: KeyGroups,
+    job: &'a str,
+    topic: &'a str,
+    /// `(stage, group, key, state)` not yet written.
+    pending: Vec<(u32, u32, Vec<u8>, Option<Vec<u8>>)>,
+    entries: u64,
+    checkpoint: Option<Checkpoint>,
+}
+
+impl Rebuilt<'_> {
+    fn add(&mut self, partition: i32, offset: i64, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), TaskFailure> {
+        let foreign = |why: String| {
+            TaskFailure::Incompatible(format!(
+                "the changelog topic `{}` holds a record weir did not write for job `{}` at partition {partition} \
+                 offset {offset}: {why}. Give the job a changelog topic of its own (changelog_topic)",
+                self.topic, self.job
+            ))
+        };
+        let job = message
+            .headers()
+            .and_then(|headers| headers.iter().find(|h| h.key == layout::CHANGELOG_JOB_HEADER).and_then(|h| h.value));
+        if job != Some(self.job.as_bytes()) {
+            return Err(foreign(format!("its `{}` header is not `{}`", layout::CHANGELOG_JOB_HEADER, self.job)));
+        }
+        let key = message.key().ok_or_else(|| foreign("it has no key".into()))?;
+        match layout::parse_changelog(key, message.payload()).map_err(foreign)? {
+            ChangelogRecord::Checkpoint(checkpoint) => self.checkpoint = Some(checkpoint),
+            ChangelogRecord::State { stage, key, state } => {
+                let group = self.key_groups.group_of(Some(key));
+                if i64::from(group) != i64::from(partition) {
+                    return Err(foreign(format!("its key belongs to key group {group}, not {partition}")));
+                }
+                self.pending.push((stage, group, key.to_vec(), state.map(<[u8]>::to_vec)));
+                self.entries += 1;
+                if self.pending.len() >= WRITE_BATCH {
+                    self.flush()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), TaskFailure> {
+        let entries = self.pending.iter().map(|(stage, group, key, state)| (*stage, *group, &key[..], state.as_deref()));
+        self.store.put_state(entries)?;
+        self.pending.clear();
+        Ok(())
+    }
+}
+
+/// Reads every committed record of every partition, in order, until each partition's end.
+fn read_to_end(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: u32,
+    mut each: impl FnMut(i32, i64, &rdkafka::message::BorrowedMessage<'_>) -> Result<(), TaskFailure>,
+) -> Result<(), TaskFailure> {
+    let mut open = partitions as usize;
+    let mut last_progress = Instant::now();
+    while open > 0 {
+        let Some(result) = consumer.poll(Duration::from_millis(100)) else {
+            if last_progress.elapsed() > STALL_TIMEOUT {
+                return Err(TaskFailure::Kafka(format!(
+                    "reading the changelog topic `{topic}` made no progress for {} s ({open} of {partitions} \
+                     partitions not read to their end)",
+                    STALL_TIMEOUT.as_secs()
+                )));
+            }
+            continue;
+        };
+        last_progress = Instant::now();
+        match result {
+            Ok(message) => each(message.partition(), message.offset(), &message)?,
+            Err(KafkaError::PartitionEOF(_)) => open -= 1,
+            Err(error) => return Err(TaskFailure::Kafka(format!("reading the changelog topic `{topic}`: {error}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Where the first committed record of the changelog is, if it holds any.
+fn first_record(consumer: &BaseConsumer, topic: &str, partitions: u32) -> Result<Option<String>, TaskFailure> {
+    let mut found = None;
+    let result = read_to_end(consumer, topic, partitions, |partition, offset, _| {
+        found = Some(format!("partition {partition} offset {offset}"));
+        Err(TaskFailure::Stopped)
+    });
+    match (result, found) {
+        (Err(TaskFailure::Stopped), found @ Some(_)) => Ok(found),
+        (Err(error), _) => Err(error),
+        (Ok(()), _) => Ok(None),
+    }
+}
+
+/// A read_committed consumer of every partition of the changelog, from the start.
+fn reader(job: &Job, topic: &str, partitions: u32) -> Result<BaseConsumer, TaskFailure> {
+    let consumer: BaseConsumer = client_config(job)
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .map_err(|e| TaskFailure::Kafka(format!("creating a consumer of the changelog topic `{topic}`: {e}")))?;
+    let mut list = TopicPartitionList::new();
+    for partition in 0..partitions as i32 {
+        list.add_partition_offset(topic, partition, Offset::Beginning)
+            .map_err(|e| TaskFailure::Kafka(format!("assigning the changelog topic `{topic}`: {e}")))?;
+    }
+    consumer
+        .assign(&list)
+        .map_err(|e| TaskFailure::Kafka(format!("assigning the changelog topic `{topic}`: {e}")))?;
+    Ok(consumer)
+}
+
+/// The changelog's partition count; `None` if the topic does not exist.
+fn partition_count(job: &Job, topic: &str) -> Result<Option<u32>, TaskFailure> {
+    let consumer: BaseConsumer = client_config(job)
+        .create()
+        .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.sink.brokers)))?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+        .map_err(|e| TaskFailure::Kafka(format!("reading the metadata of the changelog topic `{topic}` on {}: {e}", job.sink.brokers)))?;
+    let found = metadata.topics().iter().find(|t| t.name() == topic);
+    Ok(match found {
+        Some(t) if t.error().is_none() && !t.partitions().is_empty() => Some(t.partitions().len() as u32),
+        _ => None,
+    })
+}
+
+fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailure> {
+    let admin: AdminClient<DefaultClientContext> = client_config(job)
+        .create()
+        .map_err(|e| TaskFailure::Kafka(format!("creating an admin client for {}: {e}", job.sink.brokers)))?;
+    let partitions = i32::try_from(key_groups.count()).expect("at most 32768 key groups");
+    // -1: the broker's default replication factor.
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
+    let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT)).request_timeout(Some(REQUEST_TIMEOUT));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| TaskFailure::Kafka(format!("starting a runtime for the admin client: {e}")))?;
+    let results = runtime
+        .block_on(admin.create_topics([&new], &options))
+        .map_err(|e| TaskFailure::Kafka(format!("creating the changelog topic `{topic}` on {}: {e}", job.sink.brokers)))?;
+    for result in results {
+        match result {
+            Ok(_) => {}
+            // Created meanwhile by another instance: the next prepare checks it.
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => {
+                return Err(TaskFailure::Kafka(format!(
+                    "creating the changelog topic `{topic}` ({partitions} partitions, compacted) on {}: {code}; create \
+                     it yourself, or grant weir the right to",
+                    job.sink.brokers
+                )));
+            }
+        }
+    }
+    tracing::info!(topic, partitions, "created the changelog topic");
+    Ok(())
+}
+
+fn wrong_partitions(job: &Job, topic: &str, found: u32, key_groups: KeyGroups) -> TaskFailure {
+    TaskFailure::Incompatible(format!(
+        "the changelog topic `{topic}` on {} has {found} partitions but the job has {} key groups, one partition \
+         each: it is another job's changelog or was changed outside weir; set changelog_topic to this job's",
+        job.sink.brokers,
+        key_groups.count()
+    ))
+}
+
+/// Clients of the changelog: on the sink's brokers (its transactions write it), with
+/// the job's `[source.kafka]` properties (security settings, say).
+fn client_config(job: &Job) -> ClientConfig {
+    source::config::client_config(&job.sink.brokers, &job.name, &job.source.kafka)
+}
