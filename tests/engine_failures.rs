@@ -502,3 +502,69 @@ fn state_changes_outside_their_chunk_stop_the_job() {
     let text = run_bad_state("state-outside", "outside", true);
     assert!(text.contains("points at bytes"), "{text}");
 }
+
+#[test]
+fn a_changelog_the_broker_has_compacted_rebuilds_the_same_state() {
+    // Aggressive compaction: segments roll every 100 ms and any dirt is worth cleaning.
+    let job = job::job_dir("compacted");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    let changelog = format!("{}-changelog", job.name);
+    let compaction = [
+        ("cleanup.policy", "compact"),
+        ("segment.ms", "100"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("min.compaction.lag.ms", "0"),
+        ("delete.retention.ms", "0"),
+    ];
+    support::create_topic_with(&changelog, 128, &compaction);
+    job.window_count(2, 100, 60_000, "");
+    // Few keys, many updates each: most changelog records are overwritten ones. No flush
+    // yet: the windows stay open, so the state must survive the state_dir's loss.
+    let mut clicks = Clicks::new(11, PARTITIONS, 20);
+    let mut input = Vec::new();
+    let first = log_of(&job, "first.log");
+    let mut child = job::start(&job.path(), &first, &[]);
+    for _ in 0..10 {
+        let chunk = clicks.take(500);
+        support::produce(&job.input, &chunk);
+        input.extend(chunk);
+        std::thread::sleep(Duration::from_millis(300)); // pacing: many checkpoints, many versions
+    }
+    job::wait_for_log(&first, "state_changes=", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&first));
+    let written: usize = job::read_log(&first)
+        .lines()
+        .filter(|line| line.contains("checkpoint committed"))
+        .filter_map(|line| line.split("state_changes=").nth(1)?.split_whitespace().next()?.parse::<usize>().ok())
+        .sum();
+
+    // Wait for the cleaner (it wakes every 15 s by default) to drop overwritten records.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut kept = usize::MAX;
+    while Instant::now() < deadline {
+        kept = support::read_to_end(&changelog, 128, Isolation::ReadCommitted).len();
+        if kept * 2 < written {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(kept * 2 < written, "the changelog still holds {kept} of the {written} state records written");
+
+    std::fs::remove_dir_all(job.state_dir()).unwrap();
+    let flush = clicks.flush();
+    support::produce(&job.input, &flush);
+    input.extend(flush);
+    let second = log_of(&job, "second.log");
+    let mut child = job::start(&job.path(), &second, &[]);
+    let expected = clicks::window_counts(&input, 60_000);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(expected.len(), Duration::from_secs(120)), "{}", job::read_log(&second));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&second));
+    let text = job::read_log(&second);
+    assert!(text.contains("rebuilt keyed state from the changelog"), "{text}");
+    let actual = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
+    assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
+    eprintln!("compacted changelog: {kept} of {written} state records left; rebuilt state exact");
+}

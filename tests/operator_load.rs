@@ -107,6 +107,24 @@ fn a_newer_major_version_is_refused_naming_both_versions() {
 }
 
 #[test]
+fn a_plugin_of_weir_operator_0_1_is_refused_naming_both_versions() {
+    // window-count as weir at commit 7edcca0 built it, against weir:operator@0.1.0:
+    // whole-state snapshots, which this host's keyed checkpoints cannot take.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/window-count-operator-0.1.wasm");
+    let err = load_err(&path);
+    let PluginError::IncompatibleVersion { plugin, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!((plugin.major, plugin.minor), (0, 1));
+    let message = err.to_string();
+    assert_names_file(&err, &path);
+    assert!(
+        message.contains("weir:operator@0.1.0") && message.contains(&format!("weir:operator@{}", weir::operator::host_version())),
+        "{message}"
+    );
+}
+
+#[test]
 fn the_example_plugins_load_and_report_the_world() {
     for name in ["window-count", "session-sum"] {
         let info = load(name).info().clone();

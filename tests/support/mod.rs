@@ -34,11 +34,18 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 pub fn create_topic(name: &str, partitions: i32) {
+    create_topic_with(name, partitions, &[]);
+}
+
+/// `create_topic` with topic configs, e.g. `("cleanup.policy", "compact")`.
+pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .create()
         .expect("admin client");
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let topic = configs
+        .iter()
+        .fold(NewTopic::new(name, partitions, TopicReplication::Fixed(1)), |topic, (key, value)| topic.set(key, value));
     let options = AdminOptions::new().operation_timeout(Some(WAIT));
     let results = block_on(admin.create_topics([&topic], &options))
         .unwrap_or_else(|e| panic!("creating topic {name} on {}: {e}; is the broker up (scripts/kafka/kafka start)?", brokers()));
