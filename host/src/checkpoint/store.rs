@@ -81,9 +81,8 @@ pub enum StoreError {
     Missing { dir: PathBuf, job: String, n: u64 },
 
     #[error(
-        "checkpoint {n} of job `{job}` in {dir} is corrupt: {what}: {detail}. Restore the \
-         state_dir from a backup, or, to start over deliberately with empty state, reset the \
-         job's committed offsets (delete consumer group `{job}`)",
+        "checkpoint {n} of job `{job}` in {dir} is corrupt: {what}: {detail}. Delete the \
+         state_dir: weir then rebuilds it from the job's changelog topic",
         dir = .dir.display(),
         what = describe_task(.task.as_deref())
     )]
