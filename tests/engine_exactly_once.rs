@@ -102,7 +102,7 @@ fn window_count_commits_exactly_the_reference_output() {
     let log_text = std::fs::read_to_string(&log).unwrap();
     assert!(log_text.contains("checkpoint committed"), "no checkpoint was logged:\n{log_text}");
     // Once every window has fired, nothing changes: an idle job's checkpoint holds no state.
-    let last = log_text.lines().filter(|line| line.contains("checkpoint committed")).last().unwrap();
+    let last = log_text.lines().rfind(|line| line.contains("checkpoint committed")).unwrap();
     assert!(last.contains("state_changes=0"), "the final checkpoint still wrote state: {last}");
     let changed = log_text.lines().any(|line| line.contains("checkpoint committed") && !line.contains("state_changes=0"));
     assert!(changed, "no checkpoint wrote state changes:\n{log_text}");
@@ -203,7 +203,7 @@ fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, see
     let mut state = seed;
     let mut while_running = 0;
     for _ in 0..kills {
-        if lose_state && next_random(&mut state) % 2 == 0 && job.state_dir().exists() {
+        if lose_state && next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
             std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
         }
         let delay = Duration::from_millis(next_random(&mut state) % 2500);

@@ -18,7 +18,7 @@ pub(crate) struct Report {
     pub(crate) bytes: u64,
 }
 
-pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload) -> anyhow::Result<Report> {
+pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload, flush: bool) -> anyhow::Result<Report> {
     topics::create(brokers, topic, workload.partitions)?;
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -43,7 +43,7 @@ pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload) -> anyhow::Re
             eprintln!("weir-bench gen: {} of {} records", i + 1, workload.records);
         }
     }
-    for p in 0..workload.partitions {
+    for p in (0..workload.partitions).filter(|_| flush) {
         let value = data::flush_value(p);
         let record = BaseRecord::to(topic).partition(p).key(data::FLUSH_KEY).payload(value.as_str()).timestamp(workload.flush_ts());
         send(&producer, record)?;

@@ -96,6 +96,9 @@ enum Cmd {
         /// Append the generator's figures (JSON) here.
         #[arg(long)]
         results: Option<PathBuf>,
+        /// Leave out the flush records, so windows stay open (the state benchmark).
+        #[arg(long)]
+        no_flush: bool,
     },
     /// Copy input to output in transactions committed every --commit-ms (runs until killed).
     Copy {
@@ -161,6 +164,15 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Create a topic (an output for a job run by hand).
+    CreateTopic {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+    },
     /// Delete topics the run created.
     DeleteTopics {
         #[arg(long, default_value = "127.0.0.1:9092")]
@@ -171,8 +183,8 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Cmd::Gen { brokers, topic, workload, results } => {
-            let r = generate::run(&brokers, &topic, &workload.workload())?;
+        Cmd::Gen { brokers, topic, workload, results, no_flush } => {
+            let r = generate::run(&brokers, &topic, &workload.workload(), !no_flush)?;
             let rate = r.records as f64 / r.seconds;
             eprintln!(
                 "weir-bench gen: {} records in {:.2} s: {:.0} records/s, {:.1} MB/s",
@@ -223,6 +235,9 @@ fn main() -> anyhow::Result<()> {
         Cmd::Latency(args) => latency(args),
         Cmd::Chart { results, out } => chart::write(&results, &out),
         Cmd::Report { results, markdown, context } => report::write(&results, &markdown, &context),
+        Cmd::CreateTopic { brokers, topic, partitions } => {
+            topics::create(&brokers, &topic, partitions).with_context(|| format!("creating {topic}"))
+        }
         Cmd::DeleteTopics { brokers, topics } => topics::delete(&brokers, &topics).context("deleting topics"),
     }
 }

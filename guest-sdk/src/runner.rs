@@ -10,7 +10,7 @@ use crate::operator::Operator;
 use crate::packed::{Batch, StateChunk};
 use crate::record::{Record, Records, sort_headers};
 use crate::snapshot;
-use crate::state::{Changes, KeyedState, StateImage};
+use crate::state::{Changes, Drained, KeyedState, StateImage};
 
 /// The chunk size of [`Runner::changes`] and [`Runner::restore_image`].
 const CHUNK_BYTES: usize = 1 << 20;
@@ -42,8 +42,8 @@ pub struct Runner<O: Operator> {
     state: O::State,
     /// The size of the last output, to size the next one without reallocating.
     last_output: (usize, usize),
-    /// The snapshot round being handed over, and the index of its next entry.
-    round: Option<(StateChunk, usize)>,
+    /// True after the chunk that completed a round: the next `snapshot` ends it.
+    round_complete: bool,
 }
 
 /// An emitted record, owned: what [`Runner::process_records`] returns.
@@ -67,7 +67,7 @@ impl<O: Operator> Runner<O> {
             operator,
             state,
             last_output: (0, 0),
-            round: None,
+            round_complete: false,
         })
     }
 
@@ -100,26 +100,13 @@ impl<O: Operator> Runner<O> {
     /// `max_bytes` of data unless one entry alone is bigger; an empty chunk ends the
     /// round.
     pub fn snapshot(&mut self, max_bytes: u32) -> Result<StateChunk, Error> {
-        if self.round.is_none() {
-            let mut changes = Changes::new(O::STATE_VERSION);
-            self.state.drain_changes(&mut changes)?;
-            self.round = Some((changes.into_chunk(), 0));
+        if std::mem::take(&mut self.round_complete) {
+            return Ok(StateChunk::default());
         }
-        let (round, next) = self.round.as_mut().expect("a round is in progress");
-        let mut chunk = StateChunk::default();
-        for entry in &round.entries[*next..] {
-            let size = (entry.key_len + entry.value_len) as usize;
-            if !chunk.is_empty() && chunk.data.len() + size > max_bytes as usize {
-                break;
-            }
-            let key = &round.data[entry.key_offset as usize..][..entry.key_len as usize];
-            let value = &round.data[entry.value_offset as usize..][..entry.value_len as usize];
-            chunk.push(key, (!entry.removed).then_some(value));
-            *next += 1;
-        }
-        if chunk.is_empty() {
-            self.round = None;
-        }
+        let mut changes = Changes::new(O::STATE_VERSION, max_bytes as usize);
+        let drained = self.state.drain_changes(&mut changes)?;
+        let chunk = changes.into_chunk();
+        self.round_complete = drained == Drained::All && !chunk.is_empty();
         Ok(chunk)
     }
 

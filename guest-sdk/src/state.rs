@@ -14,14 +14,27 @@ use crate::error::Error;
 use crate::packed::StateChunk;
 use crate::snapshot;
 
+/// Whether a snapshot round has handed over every change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drained {
+    /// Every key changed since the previous round is handed over.
+    All,
+    /// `changes` filled up; the next call continues the same round.
+    More,
+}
+
 /// State kept per key and checkpointed incrementally.
 pub trait KeyedState: Sized + 'static {
     /// One key's whole state as a checkpoint stores it.
     type Entry: Serialize + DeserializeOwned;
 
-    /// Hands over every key changed since the previous call, each once: its entry as
-    /// it is now, or its removal. Afterwards no key counts as changed.
-    fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error>;
+    /// Hands over the keys changed since the previous round, each once: its entry as
+    /// it is now, or its removal. Stops at the first entry [`Changes`] refuses (the
+    /// chunk is full) and returns [`Drained::More`]; the next call, with no other call
+    /// in between, continues the same round from that entry. After [`Drained::All`] no key counts as changed. Each call's work
+    /// follows the bytes it hands over, so a round of millions of keys never holds
+    /// one call past its deadline.
+    fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error>;
 
     /// Adds the checkpointed `entry` of `key`, which this state does not hold yet.
     /// Restored entries are not changes.
@@ -35,34 +48,48 @@ pub trait KeyedState: Sized + 'static {
     }
 }
 
-/// The changes of one snapshot round, encoded as versioned entries as they come.
+/// One chunk of a snapshot round's changes, encoded as versioned entries as they come.
 #[derive(Debug, Default)]
 pub struct Changes {
     version: u16,
+    max_bytes: usize,
     chunk: StateChunk,
     scratch: Vec<u8>,
 }
 
 impl Changes {
-    pub(crate) fn new(version: u16) -> Self {
+    pub(crate) fn new(version: u16, max_bytes: usize) -> Self {
         Self {
             version,
+            max_bytes,
             ..Self::default()
         }
     }
 
     /// `key`'s state is now `entry`, which must serialize exactly as the state's
-    /// [`KeyedState::Entry`] does (a borrowed form of it, say).
-    pub fn put<E: Serialize + ?Sized>(&mut self, key: &[u8], entry: &E) -> Result<(), Error> {
+    /// [`KeyedState::Entry`] does (a borrowed form of it, say). `false`: it does not
+    /// fit in this chunk (the chunk's first entry always does); hand it over next call.
+    pub fn put<E: Serialize + ?Sized>(&mut self, key: &[u8], entry: &E) -> Result<bool, Error> {
         self.scratch.clear();
         snapshot::encode_into(entry, self.version, &mut self.scratch)?;
+        if !self.fits(key.len() + self.scratch.len()) {
+            return Ok(false);
+        }
         self.chunk.push(key, Some(&self.scratch));
-        Ok(())
+        Ok(true)
     }
 
-    /// `key` holds no state any more.
-    pub fn remove(&mut self, key: &[u8]) {
+    /// `key` holds no state any more. `false`: it does not fit in this chunk.
+    pub fn remove(&mut self, key: &[u8]) -> bool {
+        if !self.fits(key.len()) {
+            return false;
+        }
         self.chunk.push(key, None);
+        true
+    }
+
+    fn fits(&self, bytes: usize) -> bool {
+        self.chunk.is_empty() || self.chunk.data.len() + bytes <= self.max_bytes
     }
 
     pub(crate) fn into_chunk(self) -> StateChunk {
@@ -70,12 +97,48 @@ impl Changes {
     }
 }
 
+/// The keys of one snapshot round, each once, and how far the round got.
+#[derive(Debug, Default)]
+pub(crate) struct Round {
+    keys: Vec<Box<[u8]>>,
+    next: usize,
+}
+
+impl Round {
+    /// A round over `keys`, duplicates dropped (hashed, not sorted: linear in the keys).
+    pub(crate) fn new(keys: Vec<Box<[u8]>>) -> Self {
+        let mut seen: hashbrown::HashSet<Box<[u8]>, foldhash::fast::FixedState> =
+            hashbrown::HashSet::with_capacity_and_hasher(keys.len(), Default::default());
+        let mut unique = Vec::with_capacity(keys.len());
+        for key in keys {
+            if !seen.contains(&key) {
+                seen.insert(key.clone());
+                unique.push(key);
+            }
+        }
+        Self {
+            keys: unique,
+            next: 0,
+        }
+    }
+
+    /// The key to hand over next, until the round's end.
+    pub(crate) fn key(&self) -> Option<&[u8]> {
+        self.keys.get(self.next).map(|key| &key[..])
+    }
+
+    /// The current key is handed over.
+    pub(crate) fn advance(&mut self) {
+        self.next += 1;
+    }
+}
+
 /// A stateless operator's state.
 impl KeyedState for () {
     type Entry = ();
 
-    fn drain_changes(&mut self, _: &mut Changes) -> Result<(), Error> {
-        Ok(())
+    fn drain_changes(&mut self, _: &mut Changes) -> Result<Drained, Error> {
+        Ok(Drained::All)
     }
 
     fn restore_entry(&mut self, key: &[u8], _: ()) -> Result<(), Error> {
@@ -111,6 +174,8 @@ pub struct Keyed<S> {
     /// Keys changed since the last snapshot round; removed ones included, so a key
     /// may appear twice.
     changed: Vec<Box<[u8]>>,
+    /// The round being handed over.
+    round: Option<Round>,
 }
 
 #[derive(Debug)]
@@ -124,6 +189,7 @@ impl<S> Default for Keyed<S> {
         Self {
             values: KeyMap::default(),
             changed: Vec::new(),
+            round: None,
         }
     }
 }
@@ -198,20 +264,27 @@ impl<S> Keyed<S> {
 impl<S: Serialize + DeserializeOwned + 'static> KeyedState for Keyed<S> {
     type Entry = S;
 
-    fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
-        let mut changed = std::mem::take(&mut self.changed);
-        changed.sort_unstable();
-        changed.dedup();
-        for key in changed {
-            match self.values.get_mut(&key) {
+    fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error> {
+        let mut round = match self.round.take() {
+            Some(round) => round,
+            None => Round::new(std::mem::take(&mut self.changed)),
+        };
+        while let Some(key) = round.key() {
+            let taken = match self.values.get_mut(key) {
                 Some(value) => {
-                    value.changed = false;
-                    changes.put(&key, &value.value)?;
+                    let taken = changes.put(key, &value.value)?;
+                    value.changed &= !taken;
+                    taken
                 }
-                None => changes.remove(&key),
+                None => changes.remove(key),
+            };
+            if !taken {
+                self.round = Some(round);
+                return Ok(Drained::More);
             }
+            round.advance();
         }
-        Ok(())
+        Ok(Drained::All)
     }
 
     fn restore_entry(&mut self, key: &[u8], entry: S) -> Result<(), Error> {

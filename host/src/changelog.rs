@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -121,14 +122,16 @@ pub(crate) fn rebuild(job: &Job, store: &CheckpointStore, n: u64) -> Result<(), 
     Ok(())
 }
 
+/// A rebuilt entry not yet written: `(stage, group, key, state)`, `None` a removal.
+type Pending = (u32, u32, Vec<u8>, Option<Vec<u8>>);
+
 /// What a rebuild has read so far.
 struct Rebuilt<'a> {
     store: &'a CheckpointStore,
     key_groups: KeyGroups,
     job: &'a str,
     topic: &'a str,
-    /// `(stage, group, key, state)` not yet written.
-    pending: Vec<(u32, u32, Vec<u8>, Option<Vec<u8>>)>,
+    pending: Vec<Pending>,
     entries: u64,
     checkpoint: Option<Checkpoint>,
 }
@@ -142,15 +145,18 @@ impl Rebuilt<'_> {
                 self.topic, self.job
             ))
         };
-        let job = message
-            .headers()
-            .and_then(|headers| headers.iter().find(|h| h.key == layout::CHANGELOG_JOB_HEADER).and_then(|h| h.value));
-        if job != Some(self.job.as_bytes()) {
-            return Err(foreign(format!("its `{}` header is not `{}`", layout::CHANGELOG_JOB_HEADER, self.job)));
-        }
         let key = message.key().ok_or_else(|| foreign("it has no key".into()))?;
         match layout::parse_changelog(key, message.payload()).map_err(foreign)? {
-            ChangelogRecord::Checkpoint(checkpoint) => self.checkpoint = Some(checkpoint),
+            ChangelogRecord::Checkpoint(checkpoint) => {
+                let job = message.headers().and_then(|headers| {
+                    headers.iter().find(|h| h.key == layout::CHANGELOG_JOB_HEADER).and_then(|h| h.value)
+                });
+                if job != Some(self.job.as_bytes()) {
+                    let why = format!("a checkpoint record whose `{}` header is not `{}`", layout::CHANGELOG_JOB_HEADER, self.job);
+                    return Err(foreign(why));
+                }
+                self.checkpoint = Some(checkpoint);
+            }
             ChangelogRecord::State { stage, key, state } => {
                 let group = self.key_groups.group_of(Some(key));
                 if i64::from(group) != i64::from(partition) {
@@ -176,7 +182,7 @@ impl Rebuilt<'_> {
 
 /// Reads every committed record of every partition, in order, until each partition's end.
 fn read_to_end(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<Reader>,
     topic: &str,
     partitions: u32,
     mut each: impl FnMut(i32, i64, &rdkafka::message::BorrowedMessage<'_>) -> Result<(), TaskFailure>,
@@ -205,7 +211,7 @@ fn read_to_end(
 }
 
 /// Where the first committed record of the changelog is, if it holds any.
-fn first_record(consumer: &BaseConsumer, topic: &str, partitions: u32) -> Result<Option<String>, TaskFailure> {
+fn first_record(consumer: &BaseConsumer<Reader>, topic: &str, partitions: u32) -> Result<Option<String>, TaskFailure> {
     let mut found = None;
     let result = read_to_end(consumer, topic, partitions, |partition, offset, _| {
         found = Some(format!("partition {partition} offset {offset}"));
@@ -218,12 +224,26 @@ fn first_record(consumer: &BaseConsumer, topic: &str, partitions: u32) -> Result
     }
 }
 
+/// A reader's client context: librdkafka reports each partition's end as a global
+/// error too, which is the end a reader waits for, not an error.
+struct Reader;
+
+impl ClientContext for Reader {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for Reader {}
+
 /// A read_committed consumer of every partition of the changelog, from the start.
-fn reader(job: &Job, topic: &str, partitions: u32) -> Result<BaseConsumer, TaskFailure> {
-    let consumer: BaseConsumer = client_config(job)
+fn reader(job: &Job, topic: &str, partitions: u32) -> Result<BaseConsumer<Reader>, TaskFailure> {
+    let consumer: BaseConsumer<Reader> = client_config(job)
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
-        .create()
+        .create_with_context(Reader)
         .map_err(|e| TaskFailure::Kafka(format!("creating a consumer of the changelog topic `{topic}`: {e}")))?;
     let mut list = TopicPartitionList::new();
     for partition in 0..partitions as i32 {

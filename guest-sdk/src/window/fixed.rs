@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use super::{NO_WATERMARK, Window, key};
 use crate::error::Error;
-use crate::state::{Changes, duplicate};
+use crate::state::{Changes, Drained, Round, duplicate};
 
 #[derive(Debug)]
 pub(super) struct FixedWindows<A> {
@@ -26,6 +26,8 @@ pub(super) struct FixedWindows<A> {
     late: u64,
     /// Keys of windows fired since the last snapshot round: their state changed.
     fired: Vec<Box<[u8]>>,
+    /// The snapshot round being handed over.
+    round: Option<Round>,
 }
 
 /// One key's open windows as a checkpoint stores them: the window size (so a restore
@@ -180,6 +182,7 @@ impl<A> FixedWindows<A> {
             watermark: NO_WATERMARK,
             late: 0,
             fired: Vec::new(),
+            round: None,
         }
     }
 
@@ -267,16 +270,20 @@ impl<A> FixedWindows<A> {
 
 impl<A: Serialize> FixedWindows<A> {
     /// Hands over each key whose windows changed since the last round: all its open
-    /// windows, or its removal once none is left.
-    pub(super) fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
-        let mut keys = std::mem::take(&mut self.fired);
-        for pane in &mut self.windows {
-            pane.take_changed(&mut keys);
-        }
-        keys.sort_unstable();
-        keys.dedup();
+    /// windows, or its removal once none is left; up to a full `changes` per call.
+    pub(super) fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error> {
+        let mut round = match self.round.take() {
+            Some(round) => round,
+            None => {
+                let mut keys = std::mem::take(&mut self.fired);
+                for pane in &mut self.windows {
+                    pane.take_changed(&mut keys);
+                }
+                Round::new(keys)
+            }
+        };
         let mut windows: Vec<(i64, &A)> = Vec::new();
-        for key in &keys {
+        while let Some(key) = round.key() {
             let hash = key::hash(key);
             windows.clear();
             windows.extend(
@@ -284,17 +291,23 @@ impl<A: Serialize> FixedWindows<A> {
                     .iter()
                     .filter_map(|pane| Some((pane.start, &pane.find(hash, key)?.accumulator))),
             );
-            if windows.is_empty() {
-                changes.remove(key);
+            let taken = if windows.is_empty() {
+                changes.remove(key)
             } else {
                 let entry = EntryRef {
                     size_ms: self.size,
                     windows: &windows,
                 };
-                changes.put(key, &entry)?;
+                changes.put(key, &entry)?
+            };
+            if !taken {
+                drop(windows);
+                self.round = Some(round);
+                return Ok(Drained::More);
             }
+            round.advance();
         }
-        Ok(())
+        Ok(Drained::All)
     }
 }
 

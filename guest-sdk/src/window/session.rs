@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{KeyMap, Merge, NO_WATERMARK, Window, key};
 use crate::error::Error;
-use crate::state::{Changes, KeyedState, duplicate};
+use crate::state::{Changes, Drained, KeyedState, Round, duplicate};
 
 /// One accumulator of type `A` per key and session.
 ///
@@ -52,6 +52,8 @@ pub struct SessionWindows<A> {
     late: u64,
     /// Keys changed since the last snapshot round; a removed key may appear twice.
     changed: Vec<Box<[u8]>>,
+    /// The snapshot round being handed over.
+    round: Option<Round>,
 }
 
 /// One key's open sessions as a checkpoint stores them: the gap (so a restore with
@@ -103,6 +105,7 @@ impl<A: Merge> SessionWindows<A> {
             watermark: NO_WATERMARK,
             late: 0,
             changed: Vec::new(),
+            round: None,
         })
     }
 
@@ -257,24 +260,31 @@ impl<A: Merge> SessionWindows<A> {
 impl<A: Merge + Serialize + DeserializeOwned + 'static> KeyedState for SessionWindows<A> {
     type Entry = SessionEntry<A>;
 
-    fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
-        let mut keys = std::mem::take(&mut self.changed);
-        keys.sort_unstable();
-        keys.dedup();
-        for key in keys {
-            match self.keys.get_mut(&key) {
+    fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error> {
+        let mut round = match self.round.take() {
+            Some(round) => round,
+            None => Round::new(std::mem::take(&mut self.changed)),
+        };
+        while let Some(key) = round.key() {
+            let taken = match self.keys.get_mut(key) {
                 Some(sessions) => {
-                    sessions.changed = false;
                     let entry = EntryRef {
                         gap_ms: self.gap,
                         sessions: &sessions.sessions,
                     };
-                    changes.put(&key, &entry)?;
+                    let taken = changes.put(key, &entry)?;
+                    sessions.changed &= !taken;
+                    taken
                 }
-                None => changes.remove(&key),
+                None => changes.remove(key),
+            };
+            if !taken {
+                self.round = Some(round);
+                return Ok(Drained::More);
             }
+            round.advance();
         }
-        Ok(())
+        Ok(Drained::All)
     }
 
     fn restore_entry(&mut self, key: &[u8], entry: SessionEntry<A>) -> Result<(), Error> {

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use super::Window;
 use super::fixed::{FixedWindows, WindowsEntry};
 use crate::error::Error;
-use crate::state::{Changes, KeyedState};
+use crate::state::{Changes, Drained, KeyedState};
 
 /// Bounds the work per record: a record updates up to this many windows.
 pub const MAX_WINDOWS_PER_RECORD: i64 = 1024;
@@ -141,7 +141,7 @@ fn check(size_ms: i64, slide_ms: i64) -> Result<(), Error> {
 impl<A: Serialize + DeserializeOwned + 'static> KeyedState for SlidingWindows<A> {
     type Entry = WindowsEntry<A>;
 
-    fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
+    fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error> {
         self.windows.drain_changes(changes)
     }
 

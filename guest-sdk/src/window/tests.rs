@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::{Merge, SessionWindows, SlidingWindows, TumblingWindows, Window};
 use crate::packed::StateChunk;
 use crate::snapshot;
-use crate::state::{Changes, KeyedState, StateImage};
+use crate::state::{Changes, Drained, KeyedState, StateImage};
 
 type Fired = Vec<(Window, Vec<u8>, u64)>;
 
@@ -32,11 +32,27 @@ impl Lcg {
     }
 }
 
-/// One snapshot round: the keys changed since the last.
+/// One snapshot round, in small chunks: the keys changed since the last, sorted.
 fn changes<W: KeyedState>(windows: &mut W) -> StateChunk {
-    let mut changes = Changes::new(1);
-    windows.drain_changes(&mut changes).unwrap();
-    changes.into_chunk()
+    let mut entries = Vec::new();
+    loop {
+        let mut changes = Changes::new(1, 64);
+        let drained = windows.drain_changes(&mut changes).unwrap();
+        let chunk = changes.into_chunk();
+        for (key, value) in chunk.iter().map(Result::unwrap) {
+            entries.push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        }
+        if drained == Drained::All {
+            break;
+        }
+        assert!(chunk.data.len() <= 64 || chunk.len() == 1, "{} bytes", chunk.data.len());
+    }
+    entries.sort();
+    let mut all = StateChunk::default();
+    for (key, value) in &entries {
+        all.push(key, value.as_deref());
+    }
+    all
 }
 
 /// A fresh `W` with every entry of `image` restored at `watermark`.

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use super::Window;
 use super::fixed::{FixedWindows, WindowsEntry};
 use crate::error::Error;
-use crate::state::{Changes, KeyedState};
+use crate::state::{Changes, Drained, KeyedState};
 
 /// One accumulator of type `A` per key and tumbling window.
 ///
@@ -96,7 +96,7 @@ impl<A> TumblingWindows<A> {
 impl<A: Serialize + DeserializeOwned + 'static> KeyedState for TumblingWindows<A> {
     type Entry = WindowsEntry<A>;
 
-    fn drain_changes(&mut self, changes: &mut Changes) -> Result<(), Error> {
+    fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error> {
         self.windows.drain_changes(changes)
     }
 

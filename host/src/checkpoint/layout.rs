@@ -16,8 +16,8 @@
 //! From format 2 on, every checkpoint is also in the job's changelog topic (DESIGN.md §5),
 //! in the checkpoint's own Kafka transaction: each changed key as a record in partition
 //! = its key group, key = stage u32be ‖ key, value = 0x01 ‖ state (none: a removal,
-//! which compaction then drops), header `weir.job` = the job; and the checkpoint record
-//! in partition 0, key = `CHECKPOINT_RECORD_KEY`, value = n u64le ‖ meta len u32le ‖
+//! which compaction then drops); and the checkpoint record, with header `weir.job` =
+//! the job, in partition 0, key = `CHECKPOINT_RECORD_KEY`, value = n u64le ‖ meta len u32le ‖
 //! meta ‖ per task (name len u16le ‖ name ‖ len u32le ‖ entry). Compaction keeps each
 //! key's last record, so the topic read to its end is the state of the last committed
 //! checkpoint.
@@ -38,7 +38,7 @@ use super::store::Checkpoint;
 /// The format this build writes.
 pub const FORMAT: u32 = 2;
 
-/// The header naming the job on every changelog record.
+/// The header naming the job on the changelog's checkpoint records.
 pub const CHANGELOG_JOB_HEADER: &str = "weir.job";
 /// The key of the checkpoint record; its stage, `u32::MAX`, is no operator's.
 pub const CHECKPOINT_RECORD_KEY: &[u8] = b"\xff\xff\xff\xffcheckpoint";
@@ -336,12 +336,30 @@ fn decode_operator(format: u32, name: &str, bytes: &[u8]) -> Result<OperatorStat
 
 /// A changed key's changelog record key.
 pub fn changelog_key(stage: u32, key: &[u8]) -> Vec<u8> {
-    [&stage.to_be_bytes()[..], key].concat()
+    let mut out = Vec::new();
+    changelog_key_into(stage, key, &mut out);
+    out
+}
+
+/// `changelog_key` into a reused buffer.
+pub fn changelog_key_into(stage: u32, key: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&stage.to_be_bytes());
+    out.extend_from_slice(key);
 }
 
 /// A changed key's changelog record value.
 pub fn changelog_value(state: &[u8]) -> Vec<u8> {
-    [&[CHANGELOG_VALUE_TAG][..], state].concat()
+    let mut out = Vec::new();
+    changelog_value_into(state, &mut out);
+    out
+}
+
+/// `changelog_value` into a reused buffer.
+pub fn changelog_value_into(state: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(CHANGELOG_VALUE_TAG);
+    out.extend_from_slice(state);
 }
 
 /// What a changelog record holds.

@@ -4,7 +4,6 @@
 
 use crate::batch::Batch;
 use crate::checkpoint::layout::{PartitionState, TaskId};
-use crate::state::StateChunk;
 
 use super::TaskFailure;
 
@@ -58,20 +57,12 @@ pub(crate) enum Message {
     DeadLetter(DeadLetter),
 }
 
-/// An operator subtask's keyed state changes for one checkpoint, each entry with the
-/// key group of its key.
-pub(crate) struct StateChanges {
-    pub(crate) stage: u32,
-    pub(crate) chunk: StateChunk,
-    /// `groups[i]` is the key group of entry `i` of `chunk`.
-    pub(crate) groups: Vec<u32>,
-}
-
 /// What tasks tell the checkpoint coordinator.
 pub(crate) enum Event {
     /// A task's entry for checkpoint `n`, encoded by `checkpoint::layout`; sources add
-    /// the offsets they reached, operator subtasks their state changes.
-    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changes: Option<StateChanges> },
+    /// the offsets they reached, operator subtasks how many state changes (entries,
+    /// bytes) they wrote to the store and the changelog.
+    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changed: Option<(u64, u64)> },
     /// The sink has handed every record of epoch `n` to the producer.
     SinkAligned(u64),
     Failed(TaskFailure),

@@ -11,4 +11,4 @@ mod message;
 pub use failure::TaskFailure;
 pub(crate) use key_group::KeyGroups;
 pub use message::Origin;
-pub(crate) use message::{DeadLetter, Event, Message, Records, StateChanges};
+pub(crate) use message::{DeadLetter, Event, Message, Records};

@@ -1,9 +1,9 @@
 //! The checkpoint coordinator: every interval it injects barrier N into the sources,
-//! gathers every task's entry and the operators' keyed state changes into the store,
-//! writes the changes and the checkpoint record to the changelog topic in N's Kafka
-//! transaction, seals N in the store (synced), and makes the Kafka transaction commit
-//! the single decision point for N (DESIGN.md §2). Once N is committed, its changes
-//! join the store's state.
+//! gathers every task's entry into the store (operator subtasks have written their
+//! keyed state changes to the store and the changelog themselves), writes the
+//! checkpoint record to the changelog in N's Kafka transaction, seals N in the store
+//! (synced), and makes the Kafka transaction commit the single decision point for N
+//! (DESIGN.md §2). Once N is committed, its changes join the store's state.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -106,25 +106,17 @@ impl Coordinator<'_> {
         let mut offsets = BTreeMap::new();
         let mut sink_aligned = false;
         let (mut changed, mut changed_bytes) = (0u64, 0u64);
+
         while tasks.len() < self.expected_states || !sink_aligned {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.events.recv_timeout(left) {
-                Ok(Event::State { n: m, task, bytes, offsets: reached, changes }) => {
+                Ok(Event::State { n: m, task, bytes, offsets: reached, changed: by_task }) => {
                     assert_eq!(m, n, "{task} sent state for checkpoint {m} during {n}");
                     let task = task.to_string();
                     self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
-                    if let Some(changes) = changes {
-                        let entries = || {
-                            let entries = changes.groups.iter().zip(changes.chunk.iter());
-                            entries.map(|(&group, (key, value))| (group, key, value))
-                        };
-                        changed_bytes += self.store.put_changes(n, changes.stage, entries())?;
-                        changed += changes.groups.len() as u64;
-                        for (group, key, value) in entries() {
-                            let key = layout::changelog_key(changes.stage, key);
-                            let value = value.map(layout::changelog_value);
-                            self.sink.send_changelog(self.changelog_topic, group as i32, &key, value.as_deref())?;
-                        }
+                    if let Some((entries, bytes)) = by_task {
+                        changed += entries;
+                        changed_bytes += bytes;
                     }
                     for state in reached.into_iter().flatten() {
                         offsets.insert(state.partition, state.next_offset);
@@ -143,22 +135,27 @@ impl Coordinator<'_> {
             }
         }
 
+        let gathered = started.elapsed();
         let checkpoint = Checkpoint { n, meta: self.meta.clone(), tasks };
         let record = layout::checkpoint_record(&checkpoint);
-        self.sink.send_changelog(self.changelog_topic, 0, layout::CHECKPOINT_RECORD_KEY, Some(&record))?;
+        self.sink.send_checkpoint_record(self.changelog_topic, &record)?;
         let names: Vec<&str> = checkpoint.tasks.keys().map(String::as_str).collect();
         let size = self.store.seal(n, &names, &self.meta).map_err(TaskFailure::Store)?;
         fault::point(Step::AfterSeal, n);
         tracing::debug!(checkpoint = n, "checkpoint sealed; committing it in Kafka");
 
         let what = format!("the Kafka commit of checkpoint {n}");
+        let timer = Instant::now();
         self.watchdog
             .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.source_topic, &offsets))?;
+        let commit_time = timer.elapsed();
         fault::point(Step::AfterCommit, n);
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 
+        let timer = Instant::now();
         self.store.materialize(n)?;
         self.store.prune_before(n).map_err(TaskFailure::Store)?;
+        let fold_time = timer.elapsed();
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
@@ -168,6 +165,9 @@ impl Coordinator<'_> {
             bytes = size + changed_bytes,
             state_changes = changed,
             partitions = offsets.len(),
+            gathered_ms = gathered.as_millis() as u64,
+            commit_ms = commit_time.as_millis() as u64,
+            fold_ms = fold_time.as_millis() as u64,
             "checkpoint committed"
         );
         Ok(())

@@ -18,7 +18,7 @@ use crate::source::{self, Control, SourceTask};
 
 use super::{Engine, Records};
 use super::coordinator::{Coordinator, Outcome};
-use super::operator_task::OperatorTask;
+use super::operator_task::{OperatorTask, StateOut};
 use super::recover::{self, Recovered};
 use super::watchdog::Watchdog;
 
@@ -51,7 +51,8 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
         let mut handles = Vec::new();
         let first = std::mem::take(&mut edges[0].0);
         let control = spawn_sources(engine, scope, sources, key_groups, first, &events_tx, &mut handles)?;
-        let operators = Operators { instances: operators, key_groups, records };
+        let state_out = StateOut { store: &engine.store, sink: &sink, changelog_topic: &changelog_topic };
+        let operators = Operators { instances: operators, key_groups, records, state_out };
         spawn_operators(engine, scope, operators, &mut edges, &events_tx, &mut handles);
         let sink_inputs = std::mem::take(&mut edges[stages].1).into_iter().next().expect("one sink");
         let sink_task = SinkTask {
@@ -143,13 +144,14 @@ struct Operators<'a> {
     instances: Vec<Vec<(OperatorInstance, i64)>>,
     key_groups: KeyGroups,
     records: &'a Records,
+    state_out: StateOut<'a>,
 }
 
 /// Every subtask of every operator, reading edge `stage` and writing edge `stage + 1`.
 fn spawn_operators<'scope>(
     engine: &'scope Engine,
     scope: &'scope Scope<'scope, '_>,
-    operators: Operators<'_>,
+    operators: Operators<'scope>,
     edges: &mut [Edge],
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
@@ -182,6 +184,7 @@ fn spawn_operators<'scope>(
                 events: events.clone(),
                 suspects: Arc::clone(&suspects),
                 poisoned: Arc::clone(&poisoned),
+                state_out: operators.state_out,
                 dead_letters: job.sink.dead_letter_topic.is_some(),
                 source_topic: job.source.topic.clone(),
                 metrics: engine.options.metrics.operator(&spec.name, subtask as u32),

@@ -11,9 +11,11 @@ use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
 use crate::checkpoint::layout::{self, TaskId};
-use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, StateChanges, TaskFailure};
+use crate::checkpoint::store::CheckpointStore;
+use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, TaskFailure};
 use crate::metrics::{Counter, OperatorMetrics};
-use crate::operator::OperatorInstance;
+use crate::operator::{OperatorError, OperatorInstance};
+use crate::sink::Sink;
 use crate::state::StateChunk;
 
 /// The data bytes the host asks for per `snapshot` call.
@@ -21,7 +23,17 @@ pub(super) const STATE_CHUNK_BYTES: u32 = 4 << 20;
 
 use super::fault::{self, Step};
 
-pub(super) struct OperatorTask {
+/// Where a subtask's state changes go at a checkpoint: the store's delta and the
+/// changelog, in the checkpoint's transaction. Each subtask writes its own, so the
+/// subtasks of a big checkpoint write in parallel.
+#[derive(Clone, Copy)]
+pub(super) struct StateOut<'a> {
+    pub(super) store: &'a CheckpointStore,
+    pub(super) sink: &'a Sink,
+    pub(super) changelog_topic: &'a str,
+}
+
+pub(super) struct OperatorTask<'a> {
     /// The operator's name in the job and its position in the chain.
     pub(super) name: String,
     pub(super) stage: u32,
@@ -49,9 +61,17 @@ pub(super) struct OperatorTask {
     pub(super) source_topic: String,
     pub(super) metrics: OperatorMetrics,
     pub(super) dead_letter_count: Counter,
+    pub(super) state_out: StateOut<'a>,
 }
 
-impl OperatorTask {
+/// One snapshot round's changes, each entry with its key group.
+struct Changes {
+    chunk: StateChunk,
+    /// `groups[i]` is the key group of entry `i` of `chunk`.
+    groups: Vec<u32>,
+}
+
+impl OperatorTask<'_> {
     pub(super) fn run(mut self) -> Result<(), TaskFailure> {
         let inputs = std::mem::take(&mut self.inputs);
         let mut aligned = vec![false; inputs.len()];
@@ -183,10 +203,11 @@ impl OperatorTask {
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         fault::point(Step::PanicInOperator, n);
         let changes = self.changes().map_err(TaskFailure::operator)?;
+        let changed = self.write_changes(n, &changes)?;
         let bytes = layout::encode_operator(self.watermark);
         let task = TaskId::Operator { stage: self.stage, subtask: self.subtask };
         self.events
-            .send(Event::State { n, task, bytes, offsets: None, changes: Some(changes) })
+            .send(Event::State { n, task, bytes, offsets: None, changed: Some(changed) })
             .map_err(|_| TaskFailure::Stopped)?;
         for target in 0..self.outputs.len() {
             self.send(target, Message::Barrier(n))?;
@@ -197,8 +218,8 @@ impl OperatorTask {
     /// One snapshot round: the guest's state changes since the last checkpoint, each
     /// checked against the contract: a key once, in a key group this subtask owns, and
     /// no state at all from an operator whose input is not routed by key.
-    fn changes(&mut self) -> Result<StateChanges, crate::operator::OperatorError> {
-        let mut all = StateChanges { stage: self.stage, chunk: StateChunk::default(), groups: Vec::new() };
+    fn changes(&mut self) -> Result<Changes, OperatorError> {
+        let mut all = Changes { chunk: StateChunk::default(), groups: Vec::new() };
         let mut seen: HashSet<Vec<u8>> = HashSet::new();
         loop {
             let chunk = self.instance.snapshot(STATE_CHUNK_BYTES)?;
@@ -239,6 +260,31 @@ impl OperatorTask {
                 all.groups.push(group);
             }
         }
+    }
+
+    /// Writes checkpoint `n`'s changes into the store's delta and the changelog (one
+    /// record per key, partition = its key group). Returns the entries and their bytes.
+    fn write_changes(&self, n: u64, changes: &Changes) -> Result<(u64, u64), TaskFailure> {
+        if changes.groups.is_empty() {
+            return Ok((0, 0));
+        }
+        let out = self.state_out;
+        let entries = || changes.groups.iter().zip(changes.chunk.iter()).map(|(&group, (key, value))| (group, key, value));
+        // In key order: RocksDB's memtable (a skip list) inserts sorted keys several
+        // times faster than random ones.
+        let mut sorted: Vec<_> = entries().collect();
+        sorted.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let bytes = out.store.put_changes(n, self.stage, sorted)?;
+        let (mut key, mut value) = (Vec::new(), Vec::new());
+        for (group, state_key, state) in entries() {
+            layout::changelog_key_into(self.stage, state_key, &mut key);
+            let state = state.map(|state| {
+                layout::changelog_value_into(state, &mut value);
+                &value[..]
+            });
+            out.sink.send_changelog(out.changelog_topic, group as i32, &key, state)?;
+        }
+        Ok((changes.groups.len() as u64, bytes))
     }
 
     fn emit(&self, output: Batch) -> Result<(), TaskFailure> {

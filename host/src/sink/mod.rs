@@ -181,11 +181,18 @@ impl Sink {
     /// Writes one changelog record (`checkpoint::layout` encodes it) to `partition` of
     /// `topic`, in the current transaction; `None` is a removal (a tombstone).
     pub(crate) fn send_changelog(&self, topic: &str, partition: i32, key: &[u8], value: Option<&[u8]>) -> Result<(), SinkError> {
-        let headers = OwnedHeaders::new().insert(Header { key: layout::CHANGELOG_JOB_HEADER, value: Some(self.job.as_bytes()) });
-        let mut message = BaseRecord::<[u8], [u8]>::to(topic).partition(partition).key(key).headers(headers);
+        let mut message = BaseRecord::<[u8], [u8]>::to(topic).partition(partition).key(key);
         if let Some(value) = value {
             message = message.payload(value);
         }
+        self.enqueue(message)
+    }
+
+    /// Writes checkpoint `n`'s record to the changelog, naming the job in a header.
+    pub(crate) fn send_checkpoint_record(&self, topic: &str, record: &[u8]) -> Result<(), SinkError> {
+        let headers = OwnedHeaders::new().insert(Header { key: layout::CHANGELOG_JOB_HEADER, value: Some(self.job.as_bytes()) });
+        let message =
+            BaseRecord::<[u8], [u8]>::to(topic).partition(0).key(layout::CHECKPOINT_RECORD_KEY).payload(record).headers(headers);
         self.enqueue(message)
     }
 
