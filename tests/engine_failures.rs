@@ -568,3 +568,43 @@ fn a_changelog_the_broker_has_compacted_rebuilds_the_same_state() {
     assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
     eprintln!("compacted changelog: {kept} of {written} state records left; rebuilt state exact");
 }
+
+#[test]
+fn a_plugin_with_a_new_state_version_upgrades_the_checkpointed_state() {
+    // upgrade-v1 counts per key in state version 1 (a u32); upgrade-v2 keeps version 2
+    // (a struct of a u64) and reads version 1 through upgrade_state. Each emits every
+    // record with its key's count so far, so the output of both runs together holds,
+    // per key, exactly the counts 1..=n.
+    let job = job::job_dir("upgrade");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    let records = |from: usize, to: usize| -> Vec<clicks::Input> {
+        (from..to).map(|i| ((i % PARTITIONS as usize) as i32, format!("k{}", i % 37).into_bytes(), b"x".to_vec(), 1_000 + i as i64)).collect()
+    };
+    let (first, second) = (records(0, 1_500), records(1_500, 3_000));
+    let run = |plugin: &str, input: &[clicks::Input], total: usize, log: &str| {
+        job.one_operator(2, 100, ("count", &support::plugin(plugin), true), "", "");
+        support::produce(&job.input, input);
+        let log = log_of(&job, log);
+        let mut child = job::start(&job.path(), &log, &[]);
+        let mut tail = Tail::new(&job.output, PARTITIONS);
+        assert!(tail.until(total, Duration::from_secs(120)), "{}", job::read_log(&log));
+        assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+        job::read_log(&log)
+    };
+    run("upgrade-v1", &first, first.len(), "v1.log");
+    let text = run("upgrade-v2", &second, first.len() + second.len(), "v2.log");
+    assert!(text.contains("restored keyed state"), "{text}");
+
+    let mut counts: std::collections::BTreeMap<Vec<u8>, Vec<u64>> = std::collections::BTreeMap::new();
+    for (_, key, value) in support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted) {
+        let count = String::from_utf8(value).unwrap().parse().unwrap();
+        counts.entry(key.unwrap()).or_default().push(count);
+    }
+    assert_eq!(counts.len(), 37);
+    for (key, mut seen) in counts {
+        seen.sort_unstable();
+        let n = seen.len() as u64;
+        assert_eq!(seen, (1..=n).collect::<Vec<_>>(), "key {}", String::from_utf8_lossy(&key));
+    }
+}
