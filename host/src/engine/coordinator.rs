@@ -3,7 +3,8 @@
 //! keyed state changes to the store and the changelog themselves), writes the
 //! checkpoint record to the changelog in N's Kafka transaction, seals N in the store
 //! (synced), and makes the Kafka transaction commit the single decision point for N
-//! (DESIGN.md §2). Once N is committed, its changes join the store's state.
+//! (DESIGN.md §2). Once N is committed, the folder (`graph.rs`) folds its changes
+//! into the store's state.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,6 +35,8 @@ pub(super) struct Coordinator<'a> {
     pub(super) sources: Vec<Sender<Control>>,
     pub(super) events: Receiver<Event>,
     pub(super) committed: Sender<u64>,
+    /// Checkpoints committed, for the folder to fold into the store's state.
+    pub(super) folds: Sender<u64>,
     /// How many `State` events make a checkpoint complete: sources plus operator subtasks.
     pub(super) expected_states: usize,
     pub(super) interval: Duration,
@@ -152,10 +155,7 @@ impl Coordinator<'_> {
         fault::point(Step::AfterCommit, n);
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 
-        let timer = Instant::now();
-        self.store.materialize(n)?;
-        self.store.prune_before(n).map_err(TaskFailure::Store)?;
-        let fold_time = timer.elapsed();
+        self.folds.send(n).map_err(|_| TaskFailure::Stopped)?;
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
@@ -167,7 +167,6 @@ impl Coordinator<'_> {
             partitions = offsets.len(),
             gathered_ms = gathered.as_millis() as u64,
             commit_ms = commit_time.as_millis() as u64,
-            fold_ms = fold_time.as_millis() as u64,
             "checkpoint committed"
         );
         Ok(())

@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
 use crate::changelog;
 use crate::checkpoint::layout::{self, PartitionState};
+use crate::checkpoint::store::CheckpointStore;
 use crate::dataflow::{Event, KeyGroups, Message, TaskFailure};
 use crate::operator::OperatorInstance;
 use crate::sink::{self, SinkTask};
@@ -64,6 +65,10 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
         };
         let what = format!("the sink task (topic {})", job.sink.topic);
         handles.push(spawn_task(scope, "sink".to_string(), what, events_tx.clone(), move || sink_task.run()));
+        let (folds_tx, folds_rx) = bounded::<u64>(1);
+        let store = &engine.store;
+        let what = "the state folder".to_string();
+        handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx)));
         drop(events_tx);
 
         let mut coordinator = Coordinator {
@@ -74,6 +79,7 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
             sources: control.clone(),
             events: events_rx,
             committed: committed_tx,
+            folds: folds_tx,
             expected_states: parallelism * (stages + 1),
             interval: job.checkpoint_interval(),
             timeout: job.checkpoint_interval().max(MIN_CHECKPOINT_TIMEOUT),
@@ -199,6 +205,19 @@ fn spawn_operators<'scope>(
             handles.push(spawn_task(scope, name, what, events.clone(), move || task.run()));
         }
     }
+}
+
+/// Folds each committed checkpoint's changes into the store's state and prunes what
+/// is older, off the coordinator's path: checkpoint N+1 writes its own delta meanwhile,
+/// and a crash before a fold leaves the delta for recovery to fold.
+fn fold(store: &CheckpointStore, committed: &Receiver<u64>) -> Result<(), TaskFailure> {
+    for n in committed {
+        let started = Instant::now();
+        store.materialize(n)?;
+        store.prune_before(n)?;
+        tracing::debug!(checkpoint = n, duration_ms = started.elapsed().as_millis() as u64, "folded state changes");
+    }
+    Ok(())
 }
 
 /// Channels for one edge: `outputs[producer]` and `inputs[consumer]`. A key-by edge
