@@ -224,21 +224,7 @@ fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, see
 /// Input that keeps arriving while the job is being killed: 100,000 records in paced
 /// chunks, then the flush records. Returns everything produced.
 fn produce_while_killing(topic: &str, seed: u64) -> std::thread::JoinHandle<Vec<clicks::Input>> {
-    let topic = topic.to_string();
-    std::thread::spawn(move || {
-        let mut clicks = Clicks::new(seed, PARTITIONS, 500);
-        let mut all = Vec::new();
-        for _ in 0..40 {
-            let chunk = clicks.take(2_500);
-            support::produce(&topic, &chunk);
-            all.extend(chunk);
-            std::thread::sleep(Duration::from_millis(300)); // pacing, not synchronisation
-        }
-        let flush = clicks.flush();
-        support::produce(&topic, &flush);
-        all.extend(flush);
-        all
-    })
+    produce_paced(topic, seed, 40)
 }
 
 #[test]
@@ -327,7 +313,8 @@ fn wait_for_another(log: &std::path::Path, needle: &str, within: Duration) {
     job::wait_for_more(log, needle, job::count_in_log(log, needle), within);
 }
 
-/// Input that arrives over about `chunks * 0.3` s, then the flush records.
+/// Input that arrives in `chunks` chunks of 2,500 records 300 ms apart, then the flush
+/// records. Returns everything produced.
 fn produce_paced(topic: &str, seed: u64, chunks: usize) -> std::thread::JoinHandle<Vec<clicks::Input>> {
     let topic = topic.to_string();
     std::thread::spawn(move || {

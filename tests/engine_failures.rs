@@ -405,7 +405,8 @@ fn a_changelog_with_the_wrong_partition_count_is_refused() {
     let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
     assert!(!status.success());
     let text = job::read_log(&log);
-    assert!(text.contains("has 3 partitions but the job has 128 key groups"), "unclear error:\n{text}");
+    let expected = format!("has 3 partitions but the job has {} key groups", job::KEY_GROUPS);
+    assert!(text.contains(&expected), "unclear error:\n{text}");
 }
 
 #[test]
@@ -517,7 +518,7 @@ fn a_changelog_the_broker_has_compacted_rebuilds_the_same_state() {
         ("min.compaction.lag.ms", "0"),
         ("delete.retention.ms", "0"),
     ];
-    support::create_topic_with(&changelog, 128, &compaction);
+    support::create_topic_with(&changelog, job::KEY_GROUPS as i32, &compaction);
     job.window_count(2, 100, 60_000, "");
     // Few keys, many updates each: most changelog records are overwritten ones. No flush
     // yet: the windows stay open, so the state must survive the state_dir's loss.
@@ -544,7 +545,7 @@ fn a_changelog_the_broker_has_compacted_rebuilds_the_same_state() {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut kept = usize::MAX;
     while Instant::now() < deadline {
-        kept = support::read_to_end(&changelog, 128, Isolation::ReadCommitted).len();
+        kept = support::read_to_end(&changelog, job::KEY_GROUPS as i32, Isolation::ReadCommitted).len();
         if kept * 2 < written {
             break;
         }

@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// The key groups of every test job (and so its changelog's partition count).
+pub const KEY_GROUPS: u32 = 8;
+
 pub struct JobDir {
     pub dir: tempfile::TempDir,
     pub name: String,
@@ -21,10 +24,13 @@ impl JobDir {
         self.dir.path().join("state")
     }
 
-    /// Writes the job file: `body` is everything after the top-level keys.
+    /// Writes the job file: `body` is everything after the top-level keys. Jobs keep
+    /// state in `KEY_GROUPS` key groups, not the default 128: each job's changelog has a
+    /// partition per group, and the suite's one broker holds every test's topics.
     pub fn write(&self, parallelism: u32, checkpoint_interval_ms: u64, body: &str) {
         let text = format!(
-            "name = \"{name}\"\nparallelism = {parallelism}\ncheckpoint_interval_ms = {checkpoint_interval_ms}\nstate_dir = \"state\"\n{body}",
+            "name = \"{name}\"\nparallelism = {parallelism}\ncheckpoint_interval_ms = {checkpoint_interval_ms}\nstate_dir = \"state\"\n\
+             key_groups = {KEY_GROUPS}\n{body}",
             name = self.name
         );
         std::fs::write(self.path(), text).expect("writing the job file");
