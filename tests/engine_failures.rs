@@ -609,3 +609,19 @@ fn a_plugin_with_a_new_state_version_upgrades_the_checkpointed_state() {
         assert_eq!(seen, (1..=n).collect::<Vec<_>>(), "key {}", String::from_utf8_lossy(&key));
     }
 }
+
+#[test]
+fn a_changelog_that_is_not_compacted_is_refused() {
+    // Created with the broker's default cleanup.policy, delete: retention would drop state.
+    let job = job::job_dir("changelog-policy");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    support::create_topic(&format!("{}-changelog", job.name), job::KEY_GROUPS as i32);
+    job.window_count(2, 200, WINDOW_MS as u64, "");
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
+    assert!(!status.success());
+    let text = job::read_log(&log);
+    assert!(text.contains("has cleanup.policy=delete") && text.contains("set cleanup.policy=compact"), "unclear error:\n{text}");
+}

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::ClientContext;
@@ -51,23 +51,39 @@ pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>)
             job.sink.brokers, job.name
         ))),
         (Some(found), _) if found != key_groups.count() => Err(wrong_partitions(job, &topic, found, key_groups)),
-        (Some(_), Some(_)) => Ok(()),
-        // At-least-once writes the changelog outside transactions, so a run killed before
-        // its first offset commit leaves records: the state may run ahead, never behind.
-        (Some(_), None) if job.sink.delivery == Delivery::AtLeastOnce => Ok(()),
-        (Some(_), None) => {
-            let consumer = reader(job, &topic, key_groups.count())?;
-            if let Some(offset) = first_record(&consumer, &topic, key_groups.count())? {
+        (Some(_), checkpoint) => {
+            let policy = cleanup_policy(job, &topic)?;
+            if policy != "compact" {
                 return Err(TaskFailure::Incompatible(format!(
-                    "the changelog topic `{topic}` already holds state (a committed record at {offset}) but job `{}` \
-                     has no committed checkpoint: it is the state of an earlier run. Delete the topic to start over, \
-                     or set changelog_topic to a new name",
-                    job.name
+                    "the changelog topic `{topic}` on {} has cleanup.policy={policy}, but a changelog must be \
+                     compacted and nothing else (with `delete`, retention drops state that was never \
+                     overwritten): set cleanup.policy=compact on it",
+                    job.sink.brokers
                 )));
             }
-            Ok(())
+            if checkpoint.is_some() || job.sink.delivery == Delivery::AtLeastOnce {
+                // At-least-once writes the changelog outside transactions, so a run killed
+                // before its first offset commit leaves records; it never rebuilds from them.
+                return Ok(());
+            }
+            refuse_earlier_state(job, &topic, key_groups)
         }
     }
+}
+
+/// On a fresh start, a changelog that already holds committed records holds the state of
+/// an earlier run of a job of this name, which a later rebuild would bring back.
+fn refuse_earlier_state(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailure> {
+    let consumer = reader(job, topic, key_groups.count())?;
+    if let Some(offset) = first_record(&consumer, topic, key_groups.count())? {
+        return Err(TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` already holds state (a committed record at {offset}) but job `{}` \
+             has no committed checkpoint: it is the state of an earlier run. Delete the topic to start over, \
+             or set changelog_topic to a new name",
+            job.name
+        )));
+    }
+    Ok(())
 }
 
 /// Rebuilds the store's keyed state and checkpoint `n` from the changelog: every
@@ -92,17 +108,12 @@ pub(crate) fn rebuild(job: &Job, store: &CheckpointStore, n: u64) -> Result<(), 
     read_to_end(&consumer, &topic, partitions, |partition, offset, message| rebuilt.add(partition, offset, message))?;
     rebuilt.flush()?;
     let entries = rebuilt.entries;
-    let mut checkpoint = rebuilt.checkpoint.take().ok_or_else(|| {
+    let checkpoint = rebuilt.checkpoint.take().ok_or_else(|| {
         TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` holds no checkpoint record, but Kafka's committed offsets name checkpoint \
              {n}: it is not this job's changelog, or it was emptied"
         ))
     })?;
-    // At-least-once: the changelog may run ahead of the offsets (never behind); the
-    // records after them are read again, as at-least-once allows.
-    if job.sink.delivery == Delivery::AtLeastOnce && checkpoint.n > n {
-        checkpoint.n = n;
-    }
     if checkpoint.n != n {
         return Err(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` ends at checkpoint {}, but Kafka's committed offsets name checkpoint {n}: \
@@ -274,19 +285,39 @@ fn partition_count(job: &Job, topic: &str) -> Result<Option<u32>, TaskFailure> {
     })
 }
 
-fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailure> {
-    let admin: AdminClient<DefaultClientContext> = client_config(job)
+/// The changelog's `cleanup.policy`, as the broker describes it.
+fn cleanup_policy(job: &Job, topic: &str) -> Result<String, TaskFailure> {
+    let kafka = |e: String| TaskFailure::Kafka(format!("describing the changelog topic `{topic}` on {}: {e}", job.sink.brokers));
+    let admin = admin(job)?;
+    let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+    let results = runtime()?
+        .block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
+        .map_err(|e| kafka(e.to_string()))?;
+    let resource = results.into_iter().next().ok_or_else(|| kafka("no answer".into()))?.map_err(|code| kafka(code.to_string()))?;
+    Ok(resource.get("cleanup.policy").and_then(|entry| entry.value.clone()).unwrap_or_default())
+}
+
+fn admin(job: &Job) -> Result<AdminClient<DefaultClientContext>, TaskFailure> {
+    client_config(job)
         .create()
-        .map_err(|e| TaskFailure::Kafka(format!("creating an admin client for {}: {e}", job.sink.brokers)))?;
+        .map_err(|e| TaskFailure::Kafka(format!("creating an admin client for {}: {e}", job.sink.brokers)))
+}
+
+/// A runtime for one admin call: the admin API is async, recovery is not.
+fn runtime() -> Result<tokio::runtime::Runtime, TaskFailure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| TaskFailure::Kafka(format!("starting a runtime for the admin client: {e}")))
+}
+
+fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailure> {
+    let admin = admin(job)?;
     let partitions = i32::try_from(key_groups.count()).expect("at most 32768 key groups");
     // -1: the broker's default replication factor.
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
     let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT)).request_timeout(Some(REQUEST_TIMEOUT));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| TaskFailure::Kafka(format!("starting a runtime for the admin client: {e}")))?;
-    let results = runtime
+    let results = runtime()?
         .block_on(admin.create_topics([&new], &options))
         .map_err(|e| TaskFailure::Kafka(format!("creating the changelog topic `{topic}` on {}: {e}", job.sink.brokers)))?;
     for result in results {

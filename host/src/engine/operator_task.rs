@@ -20,6 +20,13 @@ use crate::state::StateChunk;
 
 /// The data bytes the host asks for per `snapshot` call.
 pub(super) const STATE_CHUNK_BYTES: u32 = 4 << 20;
+/// What the host holds per changed entry beyond its key and value (offsets, its group,
+/// the duplicate check, the store's write): counted toward a round's limit, so that a
+/// round of tiny entries cannot exhaust the host's memory.
+const ENTRY_OVERHEAD_BYTES: usize = 128;
+/// The largest changelog record weir writes: librdkafka's default `message.max.bytes`
+/// (1,000,000) less room for the record's framing.
+const MAX_CHANGELOG_RECORD_BYTES: usize = 999_000;
 
 use super::fault::{self, Step};
 
@@ -221,6 +228,7 @@ impl OperatorTask<'_> {
     fn changes(&mut self) -> Result<Changes, OperatorError> {
         let mut all = Changes { chunk: StateChunk::default(), groups: Vec::new() };
         let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut held = 0usize;
         loop {
             let chunk = self.instance.snapshot(STATE_CHUNK_BYTES)?;
             if chunk.is_empty() {
@@ -249,10 +257,20 @@ impl OperatorTask<'_> {
                 if !seen.insert(key.to_vec()) {
                     return Err(self.instance.invalid_state(format!("key {} comes twice in one round", shown())));
                 }
-                if all.chunk.data_len() + key.len() + value.map_or(0, <[u8]>::len) > self.max_changes_bytes {
+                let size = key.len() + value.map_or(0, <[u8]>::len);
+                if size + 5 > MAX_CHANGELOG_RECORD_BYTES {
                     return Err(self.instance.invalid_state(format!(
-                        "one round of changes holds more than {} bytes, more than its memory can hold; \
-                         a round that never ends is a bug in the plugin",
+                        "the state of key {} is {size} bytes, more than a changelog record may hold \
+                         ({MAX_CHANGELOG_RECORD_BYTES} bytes): keep less per key, or split it over more keys",
+                        shown()
+                    )));
+                }
+                held += size + ENTRY_OVERHEAD_BYTES;
+                if held > self.max_changes_bytes {
+                    return Err(self.instance.invalid_state(format!(
+                        "one round of changes holds more than {} bytes (counting {ENTRY_OVERHEAD_BYTES} \
+                         bytes per entry), more than its memory can hold; a round that never ends is a bug \
+                         in the plugin",
                         self.max_changes_bytes
                     )));
                 }

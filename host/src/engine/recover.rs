@@ -55,7 +55,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     // keyed state becomes that of the committed checkpoint: from the state_dir if it
     // holds it, else rebuilt from the changelog.
     let snapshot = match resume.checkpoint {
-        Some(n) => Some(load(job, store, n)?),
+        Some(n) => Some(load(job, store, n, &resume.offsets)?),
         None => {
             store.restore_point(0)?;
             None
@@ -133,16 +133,33 @@ fn sink_config(job: &Job) -> SinkConfig<'_> {
 }
 
 /// Checkpoint `n` with the keyed state brought to it, decoded and checked against this
-/// job's shape. A state_dir that cannot give `n` is rebuilt from the changelog.
-fn load(job: &Job, store: &CheckpointStore, n: u64) -> Result<Snapshot, TaskFailure> {
-    let local = || store.load(n).and_then(|checkpoint| store.restore_point(n).map(|()| checkpoint));
-    let checkpoint = match local() {
-        Err(StoreError::Missing { .. }) => {
-            changelog::rebuild(job, store, n)?;
-            local()?
-        }
-        other => other?,
-    };
+/// job's shape. A state_dir that cannot give `n` — lost, or holding another instance's
+/// checkpoint of that number — is rebuilt from the changelog.
+fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<Snapshot, TaskFailure> {
+    match local(job, store, n, committed) {
+        Err(TaskFailure::Store(StoreError::Missing { .. })) => {}
+        other => return other,
+    }
+    if job.sink.delivery == job::Delivery::AtLeastOnce {
+        return Err(TaskFailure::Incompatible(format!(
+            "checkpoint {n} is not in the state_dir {}, and an at-least-once job cannot rebuild it from its \
+             changelog, which it writes outside transactions (the changelog may hold more or less than \
+             checkpoint {n}); restore the state_dir, or start over deliberately with empty state by deleting \
+             consumer group `{}`",
+            store.dir().display(),
+            job.name
+        )));
+    }
+    changelog::rebuild(job, store, n)?;
+    local(job, store, n, committed)
+}
+
+/// Checkpoint `n` from the state_dir, if it is the one Kafka committed: its source
+/// offsets are the committed ones. A checkpoint of that number that another instance
+/// sealed here but never committed (it was fenced or died, and a successor committed
+/// its own `n` elsewhere) counts as missing.
+fn local(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<Snapshot, TaskFailure> {
+    let checkpoint = store.load(n)?;
     let snapshot = layout::decode(&checkpoint).map_err(|error| match error {
         FormatError::Newer { .. } => TaskFailure::Incompatible(format!("checkpoint {n} cannot be read: {error}")),
         FormatError::Corrupt { task, detail } => TaskFailure::Store(corrupt(store, n, task, detail)),
@@ -164,6 +181,21 @@ fn load(job: &Job, store: &CheckpointStore, n: u64) -> Result<Snapshot, TaskFail
             snapshot.shape.operators, snapshot.shape.source_topic, job.source.topic
         )));
     }
+    let foreign = committed.iter().find(|&(partition, &offset)| {
+        snapshot.partitions.get(partition).map(|state| state.next_offset) != Some(offset)
+    });
+    if let Some((partition, offset)) = foreign {
+        tracing::warn!(
+            checkpoint = n, partition, committed = offset,
+            "the state_dir's checkpoint {n} is not the one Kafka committed (another instance sealed it); rebuilding"
+        );
+        return Err(TaskFailure::Store(StoreError::Missing {
+            dir: store.dir().to_path_buf(),
+            job: job.name.clone(),
+            n,
+        }));
+    }
+    store.restore_point(n)?;
     Ok(snapshot)
 }
 

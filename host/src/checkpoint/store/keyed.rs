@@ -108,13 +108,11 @@ impl CheckpointStore {
     /// between the base and `n` is gone, so its changes cannot be had.
     pub fn restore_point(&self, n: u64) -> Result<(), StoreError> {
         self.discard_after(n)?;
-        let base = self.state_checkpoint()?;
         if n == 0 {
-            if base > 0 {
-                return self.clear_state();
-            }
-            return Ok(());
+            // Unconditionally: a rebuild killed before its end leaves state without a base.
+            return self.clear_state();
         }
+        let base = self.state_checkpoint()?;
         if base > n {
             return Err(self.state_corrupt(
                 base,
