@@ -122,14 +122,20 @@ impl Round {
         }
     }
 
-    /// The key to hand over next, until the round's end.
-    pub(crate) fn key(&self) -> Option<&[u8]> {
-        self.keys.get(self.next).map(|key| &key[..])
-    }
-
-    /// The current key is handed over.
-    pub(crate) fn advance(&mut self) {
-        self.next += 1;
+    /// Hands the round's keys, from where it stopped, to `hand_over`, which returns
+    /// false for a key that did not fit in this chunk: the round stops there
+    /// ([`Drained::More`]) and the next call starts with that key.
+    pub(crate) fn hand_over(
+        &mut self,
+        mut hand_over: impl FnMut(&[u8]) -> Result<bool, Error>,
+    ) -> Result<Drained, Error> {
+        while let Some(key) = self.keys.get(self.next) {
+            if !hand_over(key)? {
+                return Ok(Drained::More);
+            }
+            self.next += 1;
+        }
+        Ok(Drained::All)
     }
 }
 
@@ -269,22 +275,18 @@ impl<S: Serialize + DeserializeOwned + 'static> KeyedState for Keyed<S> {
             Some(round) => round,
             None => Round::new(std::mem::take(&mut self.changed)),
         };
-        while let Some(key) = round.key() {
-            let taken = match self.values.get_mut(key) {
-                Some(value) => {
-                    let taken = changes.put(key, &value.value)?;
-                    value.changed &= !taken;
-                    taken
-                }
-                None => changes.remove(key),
-            };
-            if !taken {
-                self.round = Some(round);
-                return Ok(Drained::More);
+        let drained = round.hand_over(|key| match self.values.get_mut(key) {
+            Some(value) => {
+                let taken = changes.put(key, &value.value)?;
+                value.changed &= !taken;
+                Ok(taken)
             }
-            round.advance();
+            None => Ok(changes.remove(key)),
+        })?;
+        if drained == Drained::More {
+            self.round = Some(round);
         }
-        Ok(Drained::All)
+        Ok(drained)
     }
 
     fn restore_entry(&mut self, key: &[u8], entry: S) -> Result<(), Error> {

@@ -283,7 +283,7 @@ impl<A: Serialize> FixedWindows<A> {
             }
         };
         let mut windows: Vec<(i64, &A)> = Vec::new();
-        while let Some(key) = round.key() {
+        let drained = round.hand_over(|key| {
             let hash = key::hash(key);
             windows.clear();
             windows.extend(
@@ -291,23 +291,20 @@ impl<A: Serialize> FixedWindows<A> {
                     .iter()
                     .filter_map(|pane| Some((pane.start, &pane.find(hash, key)?.accumulator))),
             );
-            let taken = if windows.is_empty() {
-                changes.remove(key)
-            } else {
-                let entry = EntryRef {
-                    size_ms: self.size,
-                    windows: &windows,
-                };
-                changes.put(key, &entry)?
-            };
-            if !taken {
-                drop(windows);
-                self.round = Some(round);
-                return Ok(Drained::More);
+            if windows.is_empty() {
+                return Ok(changes.remove(key));
             }
-            round.advance();
+            let entry = EntryRef {
+                size_ms: self.size,
+                windows: &windows,
+            };
+            changes.put(key, &entry)
+        })?;
+        drop(windows);
+        if drained == Drained::More {
+            self.round = Some(round);
         }
-        Ok(Drained::All)
+        Ok(drained)
     }
 }
 

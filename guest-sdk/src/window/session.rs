@@ -265,26 +265,23 @@ impl<A: Merge + Serialize + DeserializeOwned + 'static> KeyedState for SessionWi
             Some(round) => round,
             None => Round::new(std::mem::take(&mut self.changed)),
         };
-        while let Some(key) = round.key() {
-            let taken = match self.keys.get_mut(key) {
-                Some(sessions) => {
-                    let entry = EntryRef {
-                        gap_ms: self.gap,
-                        sessions: &sessions.sessions,
-                    };
-                    let taken = changes.put(key, &entry)?;
-                    sessions.changed &= !taken;
-                    taken
-                }
-                None => changes.remove(key),
-            };
-            if !taken {
-                self.round = Some(round);
-                return Ok(Drained::More);
+        let gap_ms = self.gap;
+        let drained = round.hand_over(|key| match self.keys.get_mut(key) {
+            Some(sessions) => {
+                let entry = EntryRef {
+                    gap_ms,
+                    sessions: &sessions.sessions,
+                };
+                let taken = changes.put(key, &entry)?;
+                sessions.changed &= !taken;
+                Ok(taken)
             }
-            round.advance();
+            None => Ok(changes.remove(key)),
+        })?;
+        if drained == Drained::More {
+            self.round = Some(round);
         }
-        Ok(Drained::All)
+        Ok(drained)
     }
 
     fn restore_entry(&mut self, key: &[u8], entry: SessionEntry<A>) -> Result<(), Error> {
