@@ -1,5 +1,5 @@
 //! The `operator` world as Rust, generated from `wit/` at build time, and the
-//! conversions between the host's [`Batch`] and the wire batch. Nothing outside
+//! conversions between the host's [`Batch`] and state entries and the wire ones. Nothing outside
 //! `operator` sees a generated type.
 
 use std::mem::MaybeUninit;
@@ -12,6 +12,7 @@ use wasmtime::{AsContextMut, Store};
 
 use super::sandbox::HostState;
 use crate::batch::{Batch, BatchError, Entry, Header, OutputBound};
+use crate::state::StateEntry;
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -50,6 +51,30 @@ impl ProcessFunc {
         let typed =
             unsafe { TypedFunc::<ProcessParams<'_>, ProcessResults>::new_unchecked(self.0) };
         Ok(typed.call(store, (batch,))?.0)
+    }
+}
+
+impl From<&types::StateEntry> for StateEntry {
+    fn from(e: &types::StateEntry) -> StateEntry {
+        StateEntry {
+            key_offset: e.key_offset,
+            key_len: e.key_len,
+            value_offset: e.value_offset,
+            value_len: e.value_len,
+            removed: e.removed,
+        }
+    }
+}
+
+impl From<&StateEntry> for types::StateEntry {
+    fn from(e: &StateEntry) -> types::StateEntry {
+        types::StateEntry {
+            key_offset: e.key_offset,
+            key_len: e.key_len,
+            value_offset: e.value_offset,
+            value_len: e.value_len,
+            removed: e.removed,
+        }
     }
 }
 

@@ -182,23 +182,9 @@ impl OperatorInstance {
         let chunk = self.call(Call::Snapshot, |live| {
             live.operator.call_snapshot(&mut live.store, max_bytes)
         })?;
-        let entries = chunk
-            .entries
-            .iter()
-            .map(|e| StateEntry {
-                key_offset: e.key_offset,
-                key_len: e.key_len,
-                value_offset: e.value_offset,
-                value_len: e.value_len,
-                removed: e.removed,
-            })
-            .collect();
-        StateChunk::from_parts(chunk.data, entries, max_bytes).map_err(|problem| {
-            OperatorError::InvalidState {
-                id: self.id.clone(),
-                detail: problem.to_string(),
-            }
-        })
+        let entries = chunk.entries.iter().map(StateEntry::from).collect();
+        StateChunk::from_parts(chunk.data, entries, max_bytes)
+            .map_err(|problem| self.invalid_state(problem.to_string()))
     }
 
     /// The error for state changes that break the contract in ways only the caller
@@ -209,17 +195,8 @@ impl OperatorInstance {
 
     /// Adds a chunk of checkpointed entries to this freshly started instance.
     pub fn restore(&mut self, chunk: &StateChunk) -> Result<(), OperatorError> {
-        let entries: Vec<types::StateEntry> = chunk
-            .entries()
-            .iter()
-            .map(|e| types::StateEntry {
-                key_offset: e.key_offset,
-                key_len: e.key_len,
-                value_offset: e.value_offset,
-                value_len: e.value_len,
-                removed: e.removed,
-            })
-            .collect();
+        let entries: Vec<types::StateEntry> =
+            chunk.entries().iter().map(types::StateEntry::from).collect();
         let wire = types::StateChunkParam {
             data: chunk.data(),
             entries: &entries,
