@@ -393,18 +393,25 @@ fn foreign_records_in_the_changelog_are_a_clear_error() {
     assert_exact(&job, &input);
 }
 
-#[test]
-fn a_changelog_with_the_wrong_partition_count_is_refused() {
-    let job = job::job_dir("changelog-partitions");
+/// Starts a fresh window-count job whose changelog topic was created beforehand, with
+/// `partitions` and the broker's default configuration; weir must refuse to start.
+/// Returns its log.
+fn start_on_a_changelog_made_beforehand(prefix: &str, partitions: i32) -> String {
+    let job = job::job_dir(prefix);
     support::create_topic(&job.input, PARTITIONS);
     support::create_topic(&job.output, PARTITIONS);
-    support::create_topic(&format!("{}-changelog", job.name), 3);
+    support::create_topic(&format!("{}-changelog", job.name), partitions);
     job.window_count(2, 200, WINDOW_MS as u64, "");
     let log = log_of(&job, "weir.log");
     let mut child = job::start(&job.path(), &log, &[]);
     let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
     assert!(!status.success());
-    let text = job::read_log(&log);
+    job::read_log(&log)
+}
+
+#[test]
+fn a_changelog_with_the_wrong_partition_count_is_refused() {
+    let text = start_on_a_changelog_made_beforehand("changelog-partitions", 3);
     let expected = format!("has 3 partitions but the job has {} key groups", job::KEY_GROUPS);
     assert!(text.contains(&expected), "unclear error:\n{text}");
 }
@@ -613,15 +620,6 @@ fn a_plugin_with_a_new_state_version_upgrades_the_checkpointed_state() {
 #[test]
 fn a_changelog_that_is_not_compacted_is_refused() {
     // Created with the broker's default cleanup.policy, delete: retention would drop state.
-    let job = job::job_dir("changelog-policy");
-    support::create_topic(&job.input, PARTITIONS);
-    support::create_topic(&job.output, PARTITIONS);
-    support::create_topic(&format!("{}-changelog", job.name), job::KEY_GROUPS as i32);
-    job.window_count(2, 200, WINDOW_MS as u64, "");
-    let log = log_of(&job, "weir.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
-    assert!(!status.success());
-    let text = job::read_log(&log);
+    let text = start_on_a_changelog_made_beforehand("changelog-policy", job::KEY_GROUPS as i32);
     assert!(text.contains("has cleanup.policy=delete") && text.contains("set cleanup.policy=compact"), "unclear error:\n{text}");
 }
