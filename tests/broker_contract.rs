@@ -178,3 +178,61 @@ fn a_topic_with_only_an_aborted_transaction_reads_as_empty() {
     assert!(support::read_to_end(&topic, 1, Isolation::ReadCommitted).is_empty());
     assert_eq!(support::read_to_end(&topic, 1, Isolation::ReadUncommitted).len(), 1);
 }
+
+#[test]
+fn the_end_listed_after_a_commit_comes_before_the_next_transaction() {
+    // weir records where each changelog partition ends after a checkpoint's commit and
+    // replays from there on recovery: the end must lie past the committed records and
+    // at or before the first record of the next transaction.
+    let topic = support::unique_name("contract-ends");
+    support::create_topic(&topic, 1);
+    let producer = support::transactional_producer(&support::unique_name("txn"));
+    producer.begin_transaction().unwrap();
+    send(&producer, &topic, "k", "first");
+    send(&producer, &topic, "k", "second");
+    producer.commit_transaction(WAIT).unwrap();
+
+    let lister: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", support::brokers())
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(&topic, 0, Offset::End).unwrap();
+    let found = lister.offsets_for_times(list, WAIT).unwrap();
+    let Offset::Offset(end) = found.elements()[0].offset() else {
+        panic!("no end offset: {found:?}")
+    };
+    assert!(
+        end >= 2,
+        "the end {end} is not past the two committed records"
+    );
+
+    producer.begin_transaction().unwrap();
+    send(&producer, &topic, "k", "third");
+    producer.commit_transaction(WAIT).unwrap();
+
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", support::brokers())
+        .set("group.id", support::unique_name("contract-ends-reader"))
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut from = TopicPartitionList::new();
+    from.add_partition_offset(&topic, 0, Offset::Offset(end))
+        .unwrap();
+    reader.assign(&from).unwrap();
+    let mut read = Vec::new();
+    loop {
+        match reader.poll(WAIT) {
+            Some(Ok(message)) => read.push(
+                String::from_utf8(rdkafka::Message::payload(&message).unwrap().to_vec()).unwrap(),
+            ),
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(error)) => panic!("reading from {end}: {error}"),
+            None => panic!("nothing read from {end} within {WAIT:?}"),
+        }
+    }
+    assert_eq!(read, ["third"]);
+}

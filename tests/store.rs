@@ -2,6 +2,7 @@
 //! exactly, damage is reported naming the task, a held directory is refused, and pruning,
 //! discarding, copying and sharing a directory between jobs keep checkpoints apart.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use weir::checkpoint::store::{CheckpointStore, StoreError};
+use weir::checkpoint::store::{Change, Checkpoint, CheckpointStore, StateBase, StoreError};
 
 const JOB: &str = "clicks-per-user";
 /// Set in a child process started by a test: what the child does (see `child_process_entry`).
@@ -615,4 +616,88 @@ fn wait_with_deadline(child: &mut Child) -> ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `stage`'s keyed state in groups 0..8, as (key, value) pairs in store order.
+fn state_of(store: &CheckpointStore, stage: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    store
+        .read_state(stage, 0..8, 1 << 20, |chunk| {
+            out.extend(chunk.iter().map(|(key, value)| {
+                (
+                    key.to_vec(),
+                    value.expect("stored state is a value").to_vec(),
+                )
+            }));
+            Ok::<(), StoreError>(())
+        })
+        .expect("read the keyed state");
+    out
+}
+
+#[test]
+fn folds_write_committed_changes_with_the_changelog_positions_they_reflect() {
+    let dir = temp_dir();
+    let store = open(dir.path());
+    assert_eq!(
+        store.state_base().unwrap(),
+        StateBase::default(),
+        "an empty store reflects nothing"
+    );
+
+    let first: [(u32, Change); 3] = [
+        (0, (1, b"a", Some(b"1"))),
+        (0, (2, b"b", Some(b"2"))),
+        (1, (1, b"a", Some(b"x"))),
+    ];
+    store
+        .fold(1, first, &BTreeMap::from([(1, 10), (2, 4)]))
+        .unwrap();
+    let second: [(u32, Change); 2] = [(0, (1, b"a", None)), (0, (3, b"c", Some(b"3")))];
+    store
+        .fold(2, second, &BTreeMap::from([(1, 12), (2, 4), (3, 1)]))
+        .unwrap();
+    drop(store);
+
+    let store = open(dir.path());
+    let base = store.state_base().unwrap();
+    assert_eq!(
+        (base.n, base.positions),
+        (2, Some(BTreeMap::from([(1, 12), (2, 4), (3, 1)])))
+    );
+    assert!(base.written_ms > 0);
+    assert_eq!(
+        state_of(&store, 0),
+        [
+            (b"b".to_vec(), b"2".to_vec()),
+            (b"c".to_vec(), b"3".to_vec())
+        ]
+    );
+    assert_eq!(state_of(&store, 1), [(b"a".to_vec(), b"x".to_vec())]);
+
+    store.clear().unwrap();
+    assert_eq!(store.state_base().unwrap(), StateBase::default());
+    assert!(state_of(&store, 0).is_empty() && state_of(&store, 1).is_empty());
+}
+
+#[test]
+fn a_finished_replay_replaces_an_uncommitted_checkpoint_of_its_number() {
+    let dir = temp_dir();
+    let store = open(dir.path());
+    // Another instance's checkpoint 3, sealed here but never committed.
+    write_checkpoint(&store, 3, &[("op/0/0", b"theirs")], b"meta");
+    store
+        .put_state([(0, 1, &b"k"[..], Some(&b"v"[..]))])
+        .unwrap();
+    let committed = Checkpoint {
+        n: 3,
+        meta: b"meta".to_vec(),
+        tasks: BTreeMap::from([("op/0/0".to_string(), b"ours".to_vec())]),
+    };
+    store
+        .finish_replay(&committed, &BTreeMap::from([(0, 7)]))
+        .unwrap();
+    assert_eq!(store.load(3).unwrap().tasks["op/0/0"], b"ours");
+    assert_eq!(store.state_base().unwrap().n, 3);
+    assert_eq!(state_of(&store, 0), [(b"k".to_vec(), b"v".to_vec())]);
 }

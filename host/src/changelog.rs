@@ -1,13 +1,16 @@
 //! The job's changelog topic (DESIGN.md §5): every checkpoint's keyed state changes and
 //! its checkpoint record, written in the checkpoint's own Kafka transaction, so that the
 //! topic read to its end (read_committed) is the state of the last committed checkpoint.
-//! The local store is a cache of it: when the `state_dir` cannot give the committed
-//! checkpoint (a new machine, a deleted directory), recovery rebuilds it from here.
+//! The local store is a cache of it, written after each commit with the offsets the
+//! changelog's partitions had reached: recovery replays only what follows those
+//! offsets, or, when the `state_dir` cannot give them (a new machine, a deleted
+//! directory), the whole topic.
 //!
 //! The topic has one partition per key group and `cleanup.policy=compact`: Kafka keeps
 //! each key's last state and, once compacted, drops removed keys.
 
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -18,7 +21,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, ChangelogRecord};
-use crate::checkpoint::store::{Checkpoint, CheckpointStore};
+use crate::checkpoint::store::{Checkpoint, CheckpointStore, StateBase};
 use crate::dataflow::{KeyGroups, TaskFailure};
 use crate::job::{Delivery, Job};
 use crate::source;
@@ -27,8 +30,10 @@ use crate::source;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a rebuild may go without reading anything before it gives up.
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
-/// Rebuilt entries written to the store per batch.
+/// Replayed entries written to the store per batch.
 const WRITE_BATCH: usize = 100_000;
+/// Kafka's default `delete.retention.ms`: how long the cleaner keeps a removal at least.
+const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The changelog topic of `job`: `changelog_topic`, else `<name>-changelog`.
 pub(crate) fn topic(job: &Job) -> String {
@@ -52,7 +57,7 @@ pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>)
         ))),
         (Some(found), _) if found != key_groups.count() => Err(wrong_partitions(job, &topic, found, key_groups)),
         (Some(_), checkpoint) => {
-            let policy = cleanup_policy(job, &topic)?;
+            let policy = topic_config(job, &topic, "cleanup.policy")?;
             if policy != "compact" {
                 return Err(TaskFailure::Incompatible(format!(
                     "the changelog topic `{topic}` on {} has cleanup.policy={policy}, but a changelog must be \
@@ -74,7 +79,7 @@ pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>)
 /// On a fresh start, a changelog that already holds committed records holds the state of
 /// an earlier run of a job of this name, which a later rebuild would bring back.
 fn refuse_earlier_state(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailure> {
-    let consumer = reader(job, topic, key_groups.count())?;
+    let consumer = reader(job, topic, key_groups.count(), None)?;
     if let Some(offset) = first_record(&consumer, topic, key_groups.count())? {
         return Err(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` already holds state (a committed record at {offset}) but job `{}` \
@@ -86,10 +91,13 @@ fn refuse_earlier_state(job: &Job, topic: &str, key_groups: KeyGroups) -> Result
     Ok(())
 }
 
-/// Rebuilds the store's keyed state and checkpoint `n` from the changelog: every
-/// committed record, in order, per key group.
-pub(crate) fn rebuild(job: &Job, store: &CheckpointStore, n: u64) -> Result<(), TaskFailure> {
-    let started = Instant::now();
+/// Brings the store's keyed state to committed checkpoint `n` from the changelog. From
+/// the positions the store's base recorded, only the tail is replayed; without usable
+/// positions (an empty or lost state_dir, one an older weir wrote, positions the topic
+/// no longer has, or a base so old that Kafka may have dropped removals after it), the
+/// state is rebuilt from the whole topic. Either way the store then holds checkpoint `n`
+/// as the changelog's last checkpoint record gives it.
+pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateBase) -> Result<(), TaskFailure> {
     let topic = topic(job);
     let Some(partitions) = partition_count(job, &topic)? else {
         return Err(TaskFailure::Incompatible(format!(
@@ -100,15 +108,108 @@ pub(crate) fn rebuild(job: &Job, store: &CheckpointStore, n: u64) -> Result<(), 
             job.name
         )));
     };
-    tracing::info!(checkpoint = n, topic = %topic, partitions, "rebuilding keyed state from the changelog");
+    if job.sink.delivery == Delivery::AtLeastOnce {
+        // Written outside transactions, the changelog may hold changes of the checkpoint
+        // after `n`, and its last checkpoint record with them: the store keeps `n`'s
+        // entry, and the state may run ahead of it, as at-least-once allows.
+        let Some(from) = tail_start(job, &topic, partitions, base)? else {
+            return Err(TaskFailure::Incompatible(format!(
+                "the state in the state_dir {} is that of checkpoint {}, not {n}, and the changelog no longer holds \
+                 all that followed it; an at-least-once job cannot rebuild from its changelog, which it writes \
+                 outside transactions: restore the state_dir, or start over deliberately with empty state by \
+                 deleting consumer group `{}`",
+                store.dir().display(),
+                base.n,
+                job.name
+            )));
+        };
+        return replay(job, store, n, &topic, partitions, Some(&from));
+    }
+    if let Some(from) = tail_start(job, &topic, partitions, base)? {
+        match replay(job, store, n, &topic, partitions, Some(&from)) {
+            Err(TaskFailure::Incompatible(why)) => {
+                tracing::warn!(checkpoint = n, from = base.n, "the changelog's tail cannot give checkpoint {n} ({why}); rebuilding from the whole topic");
+            }
+            other => return other,
+        }
+    }
+    replay(job, store, n, &topic, partitions, None)
+}
+
+/// Where a replay of the tail starts: the base's positions, if the topic still holds
+/// everything after them.
+fn tail_start(job: &Job, topic: &str, partitions: u32, base: &StateBase) -> Result<Option<BTreeMap<i32, i64>>, TaskFailure> {
+    let Some(positions) = base.positions.as_ref().filter(|_| base.n > 0) else {
+        return Ok(None);
+    };
+    // The cleaner drops a removal `delete.retention.ms` after it was written at the
+    // earliest; a tail written longer ago than half that may have lost some.
+    let retention_ms = topic_config(job, topic, "delete.retention.ms")?.parse::<i64>().unwrap_or(DEFAULT_DELETE_RETENTION_MS);
+    let age_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64) - base.written_ms;
+    if age_ms > retention_ms / 2 {
+        tracing::info!(checkpoint = base.n, age_ms, retention_ms, "the state_dir's state is too old to catch up from the changelog's tail");
+        return Ok(None);
+    }
+    let consumer = client(job)?;
+    for (&partition, &position) in positions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
+            .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of the changelog topic `{topic}` partition {partition}: {e}")))?;
+        if partition as u32 >= partitions || position < low || position > high {
+            tracing::warn!(
+                partition, position, low, high,
+                "the changelog topic `{topic}` no longer holds what followed the state_dir's state (recreated or \
+                 truncated?); rebuilding from the whole topic"
+            );
+            return Ok(None);
+        }
+    }
+    Ok(Some(positions.clone()))
+}
+
+/// Replays the changelog into the store, from `from` (per partition; a partition not
+/// listed from its start) or, with `None`, from the start into an emptied store.
+fn replay(
+    job: &Job,
+    store: &CheckpointStore,
+    n: u64,
+    topic: &str,
+    partitions: u32,
+    from: Option<&BTreeMap<i32, i64>>,
+) -> Result<(), TaskFailure> {
+    let started = Instant::now();
+    let what = if from.is_some() { "the changelog's tail" } else { "the whole changelog" };
+    tracing::info!(checkpoint = n, topic = %topic, partitions, "replaying keyed state from {what}");
     let key_groups = KeyGroups::new(partitions);
-    let consumer = reader(job, &topic, partitions)?;
-    store.begin_rebuild()?;
-    let mut rebuilt = Rebuilt { store, key_groups, job: &job.name, topic: &topic, pending: Vec::new(), entries: 0, checkpoint: None };
-    read_to_end(&consumer, &topic, partitions, |partition, offset, message| rebuilt.add(partition, offset, message))?;
-    rebuilt.flush()?;
-    let entries = rebuilt.entries;
-    let checkpoint = rebuilt.checkpoint.take().ok_or_else(|| {
+    let consumer = reader(job, topic, partitions, from)?;
+    if from.is_none() {
+        store.clear()?;
+    }
+    let mut replayed = Replayed {
+        store,
+        key_groups,
+        job: &job.name,
+        topic,
+        pending: Vec::new(),
+        entries: 0,
+        checkpoint: None,
+        positions: from.cloned().unwrap_or_default(),
+    };
+    read_to_end(&consumer, topic, partitions, |partition, offset, message| replayed.add(partition, offset, message))?;
+    replayed.flush()?;
+    let Replayed { entries, checkpoint, positions, .. } = replayed;
+    let done = |what: &str| {
+        tracing::info!(
+            checkpoint = n, entries, duration_ms = started.elapsed().as_millis() as u64,
+            "replayed keyed state from {what}"
+        );
+    };
+    if job.sink.delivery == Delivery::AtLeastOnce {
+        store.mark_state(n, &positions)?;
+        done(what);
+        return Ok(());
+    }
+    let checkpoint = checkpoint.ok_or_else(|| {
         TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` holds no checkpoint record, but Kafka's committed offsets name checkpoint \
              {n}: it is not this job's changelog, or it was emptied"
@@ -123,21 +224,18 @@ pub(crate) fn rebuild(job: &Job, store: &CheckpointStore, n: u64) -> Result<(), 
     }
     let recorded = layout::decode(&checkpoint).ok().and_then(|snapshot| snapshot.shape.key_groups);
     if recorded != Some(partitions) {
-        return Err(wrong_partitions(job, &topic, partitions, KeyGroups::new(recorded.unwrap_or(0).max(1))));
+        return Err(wrong_partitions(job, topic, partitions, KeyGroups::new(recorded.unwrap_or(0).max(1))));
     }
-    store.finish_rebuild(&checkpoint)?;
-    tracing::info!(
-        checkpoint = n, entries, duration_ms = started.elapsed().as_millis() as u64,
-        "rebuilt keyed state from the changelog"
-    );
+    store.finish_replay(&checkpoint, &positions)?;
+    done(what);
     Ok(())
 }
 
-/// A rebuilt entry not yet written: `(stage, group, key, state)`, `None` a removal.
+/// A replayed entry not yet written: `(stage, group, key, state)`, `None` a removal.
 type Pending = (u32, u32, Vec<u8>, Option<Vec<u8>>);
 
-/// What a rebuild has read so far.
-struct Rebuilt<'a> {
+/// What a replay has read so far.
+struct Replayed<'a> {
     store: &'a CheckpointStore,
     key_groups: KeyGroups,
     job: &'a str,
@@ -145,10 +243,13 @@ struct Rebuilt<'a> {
     pending: Vec<Pending>,
     entries: u64,
     checkpoint: Option<Checkpoint>,
+    /// Per partition, the offset after the last record read.
+    positions: BTreeMap<i32, i64>,
 }
 
-impl Rebuilt<'_> {
+impl Replayed<'_> {
     fn add(&mut self, partition: i32, offset: i64, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), TaskFailure> {
+        self.positions.insert(partition, offset + 1);
         let foreign = |why: String| {
             TaskFailure::Incompatible(format!(
                 "the changelog topic `{}` holds a record weir did not write for job `{}` at partition {partition} \
@@ -244,7 +345,7 @@ struct Reader;
 
 impl ClientContext for Reader {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        if !matches!(error, KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
             tracing::error!("librdkafka: {error}: {reason}");
         }
     }
@@ -252,8 +353,9 @@ impl ClientContext for Reader {
 
 impl ConsumerContext for Reader {}
 
-/// A read_committed consumer of every partition of the changelog, from the start.
-fn reader(job: &Job, topic: &str, partitions: u32) -> Result<BaseConsumer<Reader>, TaskFailure> {
+/// A read_committed consumer of every partition of the changelog, from `from` (a
+/// partition not listed, or with `None` every partition, from its start).
+fn reader(job: &Job, topic: &str, partitions: u32, from: Option<&BTreeMap<i32, i64>>) -> Result<BaseConsumer<Reader>, TaskFailure> {
     let consumer: BaseConsumer<Reader> = client_config(job)
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
@@ -261,7 +363,8 @@ fn reader(job: &Job, topic: &str, partitions: u32) -> Result<BaseConsumer<Reader
         .map_err(|e| TaskFailure::Kafka(format!("creating a consumer of the changelog topic `{topic}`: {e}")))?;
     let mut list = TopicPartitionList::new();
     for partition in 0..partitions as i32 {
-        list.add_partition_offset(topic, partition, Offset::Beginning)
+        let start = from.and_then(|from| from.get(&partition)).map_or(Offset::Beginning, |&offset| Offset::Offset(offset));
+        list.add_partition_offset(topic, partition, start)
             .map_err(|e| TaskFailure::Kafka(format!("assigning the changelog topic `{topic}`: {e}")))?;
     }
     consumer
@@ -270,11 +373,16 @@ fn reader(job: &Job, topic: &str, partitions: u32) -> Result<BaseConsumer<Reader
     Ok(consumer)
 }
 
+/// A client for metadata and offsets on the sink's brokers.
+fn client(job: &Job) -> Result<BaseConsumer, TaskFailure> {
+    client_config(job)
+        .create()
+        .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.sink.brokers)))
+}
+
 /// The changelog's partition count; `None` if the topic does not exist.
 fn partition_count(job: &Job, topic: &str) -> Result<Option<u32>, TaskFailure> {
-    let consumer: BaseConsumer = client_config(job)
-        .create()
-        .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.sink.brokers)))?;
+    let consumer = client(job)?;
     let metadata = consumer
         .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
         .map_err(|e| TaskFailure::Kafka(format!("reading the metadata of the changelog topic `{topic}` on {}: {e}", job.sink.brokers)))?;
@@ -285,8 +393,8 @@ fn partition_count(job: &Job, topic: &str) -> Result<Option<u32>, TaskFailure> {
     })
 }
 
-/// The changelog's `cleanup.policy`, as the broker describes it.
-fn cleanup_policy(job: &Job, topic: &str) -> Result<String, TaskFailure> {
+/// The changelog's setting `key`, as the broker describes it (empty if it has none).
+fn topic_config(job: &Job, topic: &str, key: &str) -> Result<String, TaskFailure> {
     let kafka = |e: String| TaskFailure::Kafka(format!("describing the changelog topic `{topic}` on {}: {e}", job.sink.brokers));
     let admin = admin(job)?;
     let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
@@ -294,7 +402,7 @@ fn cleanup_policy(job: &Job, topic: &str) -> Result<String, TaskFailure> {
         .block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
         .map_err(|e| kafka(e.to_string()))?;
     let resource = results.into_iter().next().ok_or_else(|| kafka("no answer".into()))?.map_err(|code| kafka(code.to_string()))?;
-    Ok(resource.get("cleanup.policy").and_then(|entry| entry.value.clone()).unwrap_or_default())
+    Ok(resource.get(key).and_then(|entry| entry.value.clone()).unwrap_or_default())
 }
 
 fn admin(job: &Job) -> Result<AdminClient<DefaultClientContext>, TaskFailure> {
@@ -351,4 +459,47 @@ fn wrong_partitions(job: &Job, topic: &str, found: u32, key_groups: KeyGroups) -
 /// the job's `[source.kafka]` properties (security settings, say).
 fn client_config(job: &Job) -> ClientConfig {
     source::config::client_config(&job.sink.brokers, &job.name, &job.source.kafka)
+}
+
+/// Reads where changelog partitions end, after a checkpoint's commit: the offsets the
+/// store records with the checkpoint's state, from which recovery replays the tail.
+pub(crate) struct Ends {
+    consumer: BaseConsumer,
+    topic: String,
+}
+
+impl Ends {
+    pub(crate) fn new(job: &Job) -> Result<Ends, TaskFailure> {
+        // Uncommitted records count: the checkpoint's own, whose commit markers may not
+        // be written yet, come before any of the next checkpoint's.
+        let consumer = client_config(job)
+            .set("isolation.level", "read_uncommitted")
+            .create()
+            .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.sink.brokers)))?;
+        Ok(Ends { consumer, topic: topic(job) })
+    }
+
+    /// The end offset of each of `partitions`, in one request per leader. Called before
+    /// the next checkpoint writes to the changelog, each is at or before its first record.
+    pub(crate) fn of(&self, partitions: &BTreeSet<i32>) -> Result<Vec<(i32, i64)>, TaskFailure> {
+        let topic = &self.topic;
+        let kafka = |e: String| TaskFailure::Kafka(format!("reading where the changelog topic `{topic}` ends: {e}"));
+        let mut list = TopicPartitionList::new();
+        for &partition in partitions {
+            // As a ListOffsets timestamp, End (-1) asks for the end.
+            list.add_partition_offset(topic, partition, Offset::End).map_err(|e| kafka(e.to_string()))?;
+        }
+        let found = self.consumer.offsets_for_times(list, REQUEST_TIMEOUT).map_err(|e| kafka(e.to_string()))?;
+        found
+            .elements()
+            .iter()
+            .map(|element| {
+                element.error().map_err(|e| kafka(format!("partition {}: {e}", element.partition())))?;
+                match element.offset() {
+                    Offset::Offset(offset) => Ok((element.partition(), offset)),
+                    other => Err(kafka(format!("partition {}: no offset ({other:?})", element.partition()))),
+                }
+            })
+            .collect()
+    }
 }

@@ -96,11 +96,81 @@ impl StateChunk {
 
     /// Each entry's key and value (`None` for a removal).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], Option<&[u8]>)> {
-        self.entries.iter().map(|entry| {
-            let key = &self.data[entry.key_offset as usize..][..entry.key_len as usize];
-            let value = (!entry.removed).then(|| &self.data[entry.value_offset as usize..][..entry.value_len as usize]);
-            (key, value)
+        (0..self.entries.len()).map(|index| self.get(index))
+    }
+
+    /// Entry `index`'s key and value (`None` for a removal).
+    fn get(&self, index: usize) -> (&[u8], Option<&[u8]>) {
+        let entry = &self.entries[index];
+        let key = &self.data[entry.key_offset as usize..][..entry.key_len as usize];
+        let value = (!entry.removed).then(|| &self.data[entry.value_offset as usize..][..entry.value_len as usize]);
+        (key, value)
+    }
+}
+
+/// One operator subtask's state changes of one checkpoint, each entry with its key
+/// group: checked by the subtask, written to the changelog in the checkpoint's
+/// transaction, and folded into the local store once the checkpoint is committed.
+#[derive(Debug, Default)]
+pub(crate) struct StateChanges {
+    pub(crate) stage: u32,
+    chunk: StateChunk,
+    /// `groups[i]` is the key group of entry `i` of `chunk`.
+    groups: Vec<u32>,
+    /// Entry indices by group and key, once `sort` has run.
+    order: Vec<u32>,
+}
+
+impl StateChanges {
+    pub(crate) fn new(stage: u32) -> Self {
+        StateChanges { stage, ..StateChanges::default() }
+    }
+
+    /// Appends `key` of key group `group` with its new `value`, or its removal for `None`.
+    pub(crate) fn push(&mut self, group: u32, key: &[u8], value: Option<&[u8]>) {
+        self.chunk.push(key, value);
+        self.groups.push(group);
+    }
+
+    /// Orders the entries by group and key, as the store keeps them (its memtable
+    /// inserts sorted keys several times faster than random ones). Returns a key that
+    /// comes twice, if one does.
+    pub(crate) fn sort(&mut self) -> Option<&[u8]> {
+        let keys: Vec<&[u8]> = self.chunk.iter().map(|(key, _)| key).collect();
+        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| {
+            let (a, b) = (a as usize, b as usize);
+            (self.groups[a], keys[a]).cmp(&(self.groups[b], keys[b]))
+        });
+        let twice = order.windows(2).find(|pair| keys[pair[0] as usize] == keys[pair[1] as usize]).map(|pair| pair[0]);
+        self.order = order;
+        twice.map(|index| keys[index as usize])
+    }
+
+    /// Each entry as `(group, key, value)`, `None` a removal: by group and key once
+    /// sorted, else as pushed.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (u32, &[u8], Option<&[u8]>)> {
+        let sorted = self.order.len() == self.groups.len();
+        (0..self.groups.len()).map(move |i| {
+            let index = if sorted { self.order[i] as usize } else { i };
+            let (key, value) = self.chunk.get(index);
+            (self.groups[index], key, value)
         })
+    }
+
+    /// The key groups of the entries: each once, if sorted.
+    pub(crate) fn groups(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut last = None;
+        self.entries().filter_map(move |(group, ..)| (last.replace(group) != Some(group)).then_some(group))
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// The number of changed keys and the bytes of their keys and values.
+    pub(crate) fn size(&self) -> (u64, u64) {
+        (self.groups.len() as u64, self.chunk.data_len() as u64)
     }
 }
 
@@ -116,6 +186,19 @@ mod tests {
         let entries: Vec<_> = chunk.iter().collect();
         assert_eq!(entries, [(&b"a"[..], Some(&b"1"[..])), (&b"b"[..], None)]);
         assert_eq!(chunk.data_len(), 3);
+    }
+
+    #[test]
+    fn changes_sort_by_group_and_key_and_find_a_key_given_twice() {
+        let mut changes = StateChanges::new(0);
+        changes.push(2, b"a", Some(b"1"));
+        changes.push(1, b"c", None);
+        changes.push(1, b"b", Some(b"2"));
+        assert_eq!(changes.sort(), None);
+        let sorted: Vec<_> = changes.entries().collect();
+        assert_eq!(sorted, [(1, &b"b"[..], Some(&b"2"[..])), (1, &b"c"[..], None), (2, &b"a"[..], Some(&b"1"[..]))]);
+        changes.push(1, b"b", None);
+        assert_eq!(changes.sort(), Some(&b"b"[..]));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //!
 //! Formats 0 and 1 hold each operator subtask's whole state in its entry (plugins of
 //! weir:operator@0.1). From format 2 on, keyed state lives apart, per key group, in
-//! the store's state and delta key spaces (`store.rs`); the entry keeps the watermark.
+//! the store's state key space (`store/keyed.rs`); the entry keeps the watermark.
 //!
 //! From format 2 on, every checkpoint is also in the job's changelog topic (DESIGN.md §5),
 //! in the checkpoint's own Kafka transaction: each changed key as a record in partition

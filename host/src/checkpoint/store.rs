@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 mod keyed;
 
-pub use keyed::Change;
+pub use keyed::{Change, StateBase};
 
 /// Largest snapshot of one task. Bigger state belongs in keyed state, not in one blob that is
 /// rewritten at every checkpoint.
@@ -510,7 +510,7 @@ impl CheckpointStore {
         };
         let mut batch = WriteBatch::default();
         batch.delete_range(self.checkpoint_start(next), self.job_end());
-        self.discard_deltas_from(&mut batch, next);
+        self.discard_legacy_deltas(&mut batch);
         // Synced: a discarded checkpoint must not reappear after a crash and be taken for a
         // newer one when checkpoint ids are reused.
         let mut sync = WriteOptions::default();
@@ -661,19 +661,20 @@ fn open_error(dir: &Path, error: rocksdb::Error) -> StoreError {
 
 /// `crc32c(key ‖ len ‖ payload):u32le ‖ len:u64le ‖ payload`, and what a manifest records of it.
 fn frame(key: &[u8], payload: &[u8]) -> (Vec<u8>, EntryInfo) {
+    let mut value = Vec::with_capacity(FRAME_HEADER + payload.len());
+    frame_into(key, payload, &mut value);
+    let info = EntryInfo { size: payload.len() as u64, crc: crc32c::crc32c(payload) };
+    (value, info)
+}
+
+/// Replaces `out` with the framed `payload` (see `frame`).
+fn frame_into(key: &[u8], payload: &[u8], out: &mut Vec<u8>) {
     let len = (payload.len() as u64).to_le_bytes();
     let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(key), &len), payload);
-    let mut value = Vec::with_capacity(FRAME_HEADER + payload.len());
-    value.extend_from_slice(&crc.to_le_bytes());
-    value.extend_from_slice(&len);
-    value.extend_from_slice(payload);
-    (
-        value,
-        EntryInfo {
-            size: payload.len() as u64,
-            crc: crc32c::crc32c(payload),
-        },
-    )
+    out.clear();
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&len);
+    out.extend_from_slice(payload);
 }
 
 /// The payload of a framed value, or what is wrong with it.

@@ -4,6 +4,7 @@
 
 use crate::batch::Batch;
 use crate::checkpoint::layout::{PartitionState, TaskId};
+use crate::state::StateChanges;
 
 use super::TaskFailure;
 
@@ -60,9 +61,9 @@ pub(crate) enum Message {
 /// What tasks tell the checkpoint coordinator.
 pub(crate) enum Event {
     /// A task's entry for checkpoint `n`, encoded by `checkpoint::layout`; sources add
-    /// the offsets they reached, operator subtasks how many state changes (entries,
-    /// bytes) they wrote to the store and the changelog.
-    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changed: Option<(u64, u64)> },
+    /// the offsets they reached, operator subtasks of a keyed stage the state changes
+    /// they wrote to the changelog, for the store once `n` is committed.
+    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changes: Option<StateChanges> },
     /// The sink has handed every record of epoch `n` to the producer.
     SinkAligned(u64),
     Failed(TaskFailure),

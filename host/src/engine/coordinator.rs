@@ -1,24 +1,26 @@
 //! The checkpoint coordinator: every interval it injects barrier N into the sources,
 //! gathers every task's entry into the store (operator subtasks have written their
-//! keyed state changes to the store and the changelog themselves), writes the
-//! checkpoint record to the changelog in N's Kafka transaction, seals N in the store
-//! (synced), and makes the Kafka transaction commit the single decision point for N
-//! (DESIGN.md §2). Once N is committed, the folder (`graph.rs`) folds its changes
-//! into the store's state.
+//! keyed state changes to the changelog themselves), writes the checkpoint record to
+//! the changelog in N's Kafka transaction, seals N in the store (synced), and makes
+//! the Kafka transaction commit the single decision point for N (DESIGN.md §2). Once N
+//! is committed, it reads where the changelog partitions N wrote now end, and the
+//! folder (`graph.rs`) folds N's changes into the store's state with those positions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use crate::changelog;
 use crate::checkpoint::layout;
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::dataflow::{Event, TaskFailure};
 use crate::metrics::Metrics;
 use crate::sink::{self, Sink};
 use crate::source::Control;
+use crate::state::StateChanges;
 
 use super::fault::{self, Step};
 use super::watchdog::Watchdog;
@@ -36,7 +38,12 @@ pub(super) struct Coordinator<'a> {
     pub(super) events: Receiver<Event>,
     pub(super) committed: Sender<u64>,
     /// Checkpoints committed, for the folder to fold into the store's state.
-    pub(super) folds: Sender<u64>,
+    pub(super) folds: Sender<Fold>,
+    /// Reads where the changelog's partitions end.
+    pub(super) changelog_ends: changelog::Ends,
+    /// Per changelog partition, an offset at or before the first record of the next
+    /// checkpoint: stored with each fold, so recovery replays only what follows.
+    pub(super) positions: BTreeMap<i32, i64>,
     /// How many `State` events make a checkpoint complete: sources plus operator subtasks.
     pub(super) expected_states: usize,
     pub(super) interval: Duration,
@@ -49,6 +56,14 @@ pub(super) struct Coordinator<'a> {
     pub(super) metrics: &'a Metrics,
     /// Bounds each Kafka commit, which librdkafka may not.
     pub(super) watchdog: Watchdog,
+}
+
+/// A committed checkpoint's state changes, for the folder to write into the store, and
+/// the changelog positions the store then reflects.
+pub(super) struct Fold {
+    pub(super) n: u64,
+    pub(super) changes: Vec<StateChanges>,
+    pub(super) positions: BTreeMap<i32, i64>,
 }
 
 /// Why the coordinator stopped.
@@ -108,19 +123,16 @@ impl Coordinator<'_> {
         let mut tasks = BTreeMap::new();
         let mut offsets = BTreeMap::new();
         let mut sink_aligned = false;
-        let (mut changed, mut changed_bytes) = (0u64, 0u64);
+        let mut changes = Vec::new();
 
         while tasks.len() < self.expected_states || !sink_aligned {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.events.recv_timeout(left) {
-                Ok(Event::State { n: m, task, bytes, offsets: reached, changed: by_task }) => {
+                Ok(Event::State { n: m, task, bytes, offsets: reached, changes: by_task }) => {
                     assert_eq!(m, n, "{task} sent state for checkpoint {m} during {n}");
                     let task = task.to_string();
                     self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
-                    if let Some((entries, bytes)) = by_task {
-                        changed += entries;
-                        changed_bytes += bytes;
-                    }
+                    changes.extend(by_task.filter(|c| !c.is_empty()));
                     for state in reached.into_iter().flatten() {
                         offsets.insert(state.partition, state.next_offset);
                     }
@@ -153,9 +165,14 @@ impl Coordinator<'_> {
             .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.source_topic, &offsets))?;
         let commit_time = timer.elapsed();
         fault::point(Step::AfterCommit, n);
+        // Before the sink lets epoch n+1 through: nothing of n+1 is in the changelog yet.
+        self.advance_positions(&changes)?;
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 
-        self.folds.send(n).map_err(|_| TaskFailure::Stopped)?;
+        let (changed, changed_bytes) =
+            changes.iter().map(StateChanges::size).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
+        let fold = Fold { n, changes, positions: self.positions.clone() };
+        self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
@@ -169,6 +186,17 @@ impl Coordinator<'_> {
             commit_ms = commit_time.as_millis() as u64,
             "checkpoint committed"
         );
+        Ok(())
+    }
+
+    /// Moves the positions of the changelog partitions a committed checkpoint wrote to
+    /// where they end now.
+    fn advance_positions(&mut self, changes: &[StateChanges]) -> Result<(), TaskFailure> {
+        let written: BTreeSet<i32> = changes.iter().flat_map(StateChanges::groups).map(|g| g as i32).collect();
+        if written.is_empty() {
+            return Ok(());
+        }
+        self.positions.extend(self.changelog_ends.of(&written)?);
         Ok(())
     }
 }

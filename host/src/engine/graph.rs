@@ -18,7 +18,7 @@ use crate::sink::{self, SinkTask};
 use crate::source::{self, Control, SourceTask};
 
 use super::{Engine, Records};
-use super::coordinator::{Coordinator, Outcome};
+use super::coordinator::{Coordinator, Fold, Outcome};
 use super::operator_task::{OperatorTask, StateOut};
 use super::recover::{self, Recovered};
 use super::watchdog::Watchdog;
@@ -35,7 +35,7 @@ type Edge = (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>);
 
 /// Runs the task graph of one attempt until the coordinator returns.
 pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) -> Result<Outcome, TaskFailure> {
-    let Recovered { sink, sources, operators, next, key_groups } = recovered;
+    let Recovered { sink, sources, operators, next, key_groups, positions } = recovered;
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
     let stages = job.operators.len();
@@ -52,7 +52,7 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
         let mut handles = Vec::new();
         let first = std::mem::take(&mut edges[0].0);
         let control = spawn_sources(engine, scope, sources, key_groups, first, &events_tx, &mut handles)?;
-        let state_out = StateOut { store: &engine.store, sink: &sink, changelog_topic: &changelog_topic };
+        let state_out = StateOut { sink: &sink, changelog_topic: &changelog_topic };
         let operators = Operators { instances: operators, key_groups, records, state_out };
         spawn_operators(engine, scope, operators, &mut edges, &events_tx, &mut handles);
         let sink_inputs = std::mem::take(&mut edges[stages].1).into_iter().next().expect("one sink");
@@ -65,7 +65,7 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
         };
         let what = format!("the sink task (topic {})", job.sink.topic);
         handles.push(spawn_task(scope, "sink".to_string(), what, events_tx.clone(), move || sink_task.run()));
-        let (folds_tx, folds_rx) = bounded::<u64>(1);
+        let (folds_tx, folds_rx) = bounded::<Fold>(1);
         let store = &engine.store;
         let what = "the state folder".to_string();
         handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx)));
@@ -80,6 +80,8 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
             events: events_rx,
             committed: committed_tx,
             folds: folds_tx,
+            changelog_ends: changelog::Ends::new(job)?,
+            positions,
             expected_states: parallelism * (stages + 1),
             interval: job.checkpoint_interval(),
             timeout: job.checkpoint_interval().max(MIN_CHECKPOINT_TIMEOUT),
@@ -209,12 +211,13 @@ fn spawn_operators<'scope>(
 }
 
 /// Folds each committed checkpoint's changes into the store's state and prunes what
-/// is older, off the coordinator's path: checkpoint N+1 writes its own delta meanwhile,
-/// and a crash before a fold leaves the delta for recovery to fold.
-fn fold(store: &CheckpointStore, committed: &Receiver<u64>) -> Result<(), TaskFailure> {
-    for n in committed {
+/// is older, off the coordinator's path: checkpoint N+1 runs meanwhile, and a crash
+/// before a fold leaves its changes for recovery to replay from the changelog.
+fn fold(store: &CheckpointStore, committed: &Receiver<Fold>) -> Result<(), TaskFailure> {
+    for Fold { n, changes, positions } in committed {
         let started = Instant::now();
-        store.materialize(n)?;
+        let entries = changes.iter().flat_map(|c| c.entries().map(move |entry| (c.stage, entry)));
+        store.fold(n, entries, &positions)?;
         store.prune_before(n)?;
         tracing::debug!(checkpoint = n, duration_ms = started.elapsed().as_millis() as u64, "folded state changes");
     }

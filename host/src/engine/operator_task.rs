@@ -11,12 +11,11 @@ use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
 use crate::checkpoint::layout::{self, TaskId};
-use crate::checkpoint::store::CheckpointStore;
 use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, TaskFailure};
 use crate::metrics::{Counter, OperatorMetrics};
 use crate::operator::{OperatorError, OperatorInstance};
 use crate::sink::Sink;
-use crate::state::StateChunk;
+use crate::state::StateChanges;
 
 /// The data bytes the host asks for per `snapshot` call.
 pub(super) const STATE_CHUNK_BYTES: u32 = 4 << 20;
@@ -30,12 +29,11 @@ const MAX_CHANGELOG_RECORD_BYTES: usize = 999_000;
 
 use super::fault::{self, Step};
 
-/// Where a subtask's state changes go at a checkpoint: the store's delta and the
-/// changelog, in the checkpoint's transaction. Each subtask writes its own, so the
-/// subtasks of a big checkpoint write in parallel.
+/// Where a subtask's state changes go at a checkpoint: the changelog, in the
+/// checkpoint's transaction. Each subtask writes its own, so the subtasks of a big
+/// checkpoint write in parallel; the store takes them once the checkpoint is committed.
 #[derive(Clone, Copy)]
 pub(super) struct StateOut<'a> {
-    pub(super) store: &'a CheckpointStore,
     pub(super) sink: &'a Sink,
     pub(super) changelog_topic: &'a str,
 }
@@ -69,13 +67,6 @@ pub(super) struct OperatorTask<'a> {
     pub(super) metrics: OperatorMetrics,
     pub(super) dead_letter_count: Counter,
     pub(super) state_out: StateOut<'a>,
-}
-
-/// One snapshot round's changes, each entry with its key group.
-struct Changes {
-    chunk: StateChunk,
-    /// `groups[i]` is the key group of entry `i` of `chunk`.
-    groups: Vec<u32>,
 }
 
 impl OperatorTask<'_> {
@@ -210,11 +201,12 @@ impl OperatorTask<'_> {
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         fault::point(Step::PanicInOperator, n);
         let changes = self.changes().map_err(TaskFailure::operator)?;
-        let changed = self.write_changes(n, &changes)?;
+        self.write_changes(&changes)?;
         let bytes = layout::encode_operator(self.watermark);
         let task = TaskId::Operator { stage: self.stage, subtask: self.subtask };
+        let changes = self.owned.is_some().then_some(changes);
         self.events
-            .send(Event::State { n, task, bytes, offsets: None, changed: Some(changed) })
+            .send(Event::State { n, task, bytes, offsets: None, changes })
             .map_err(|_| TaskFailure::Stopped)?;
         for target in 0..self.outputs.len() {
             self.send(target, Message::Barrier(n))?;
@@ -225,13 +217,16 @@ impl OperatorTask<'_> {
     /// One snapshot round: the guest's state changes since the last checkpoint, each
     /// checked against the contract: a key once, in a key group this subtask owns, and
     /// no state at all from an operator whose input is not routed by key.
-    fn changes(&mut self) -> Result<Changes, OperatorError> {
-        let mut all = Changes { chunk: StateChunk::default(), groups: Vec::new() };
-        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    fn changes(&mut self) -> Result<StateChanges, OperatorError> {
+        let mut all = StateChanges::new(self.stage);
         let mut held = 0usize;
         loop {
             let chunk = self.instance.snapshot(STATE_CHUNK_BYTES)?;
             if chunk.is_empty() {
+                if let Some(key) = all.sort() {
+                    let shown = format!("b\"{}\"", key.escape_ascii());
+                    return Err(self.instance.invalid_state(format!("key {shown} comes twice in one round")));
+                }
                 return Ok(all);
             }
             for (key, value) in chunk.iter() {
@@ -254,9 +249,6 @@ impl OperatorTask<'_> {
                         self.subtask
                     )));
                 }
-                if !seen.insert(key.to_vec()) {
-                    return Err(self.instance.invalid_state(format!("key {} comes twice in one round", shown())));
-                }
                 let size = key.len() + value.map_or(0, <[u8]>::len);
                 if size + 5 > MAX_CHANGELOG_RECORD_BYTES {
                     return Err(self.instance.invalid_state(format!(
@@ -274,27 +266,17 @@ impl OperatorTask<'_> {
                         self.max_changes_bytes
                     )));
                 }
-                all.chunk.push(key, value);
-                all.groups.push(group);
+                all.push(group, key, value);
             }
         }
     }
 
-    /// Writes checkpoint `n`'s changes into the store's delta and the changelog (one
-    /// record per key, partition = its key group). Returns the entries and their bytes.
-    fn write_changes(&self, n: u64, changes: &Changes) -> Result<(u64, u64), TaskFailure> {
-        if changes.groups.is_empty() {
-            return Ok((0, 0));
-        }
+    /// Writes a checkpoint's changes to the changelog: one record per key, partition =
+    /// its key group.
+    fn write_changes(&self, changes: &StateChanges) -> Result<(), TaskFailure> {
         let out = self.state_out;
-        let entries = || changes.groups.iter().zip(changes.chunk.iter()).map(|(&group, (key, value))| (group, key, value));
-        // In key order: RocksDB's memtable (a skip list) inserts sorted keys several
-        // times faster than random ones.
-        let mut sorted: Vec<_> = entries().collect();
-        sorted.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-        let bytes = out.store.put_changes(n, self.stage, sorted)?;
         let (mut key, mut value) = (Vec::new(), Vec::new());
-        for (group, state_key, state) in entries() {
+        for (group, state_key, state) in changes.entries() {
             layout::changelog_key_into(self.stage, state_key, &mut key);
             let state = state.map(|state| {
                 layout::changelog_value_into(state, &mut value);
@@ -302,7 +284,7 @@ impl OperatorTask<'_> {
             });
             out.sink.send_changelog(out.changelog_topic, group as i32, &key, state)?;
         }
-        Ok((changes.groups.len() as u64, bytes))
+        Ok(())
     }
 
     fn emit(&self, output: Batch) -> Result<(), TaskFailure> {

@@ -38,6 +38,8 @@ pub(super) struct Recovered {
     pub(super) next: u64,
     /// The job's key groups: recorded by its checkpoints, or chosen now on a fresh start.
     pub(super) key_groups: KeyGroups,
+    /// The changelog positions the store's state reflects (`StateBase::positions`).
+    pub(super) positions: BTreeMap<i32, i64>,
 }
 
 pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, metrics: &Metrics) -> Result<Recovered, TaskFailure> {
@@ -52,13 +54,16 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         .map_err(TaskFailure::Recovery)?;
     // Anything sealed after the committed checkpoint (on a fresh start: anything at all)
     // never reached its Kafka commit; the attempt reuses those ids, so it must go. The
-    // keyed state becomes that of the committed checkpoint: from the state_dir if it
-    // holds it, else rebuilt from the changelog.
-    let snapshot = match resume.checkpoint {
-        Some(n) => Some(load(job, store, n, &resume.offsets)?),
+    // keyed state becomes that of the committed checkpoint: the state_dir's, caught up
+    // from the changelog's tail, else rebuilt from the whole changelog.
+    let (snapshot, positions) = match resume.checkpoint {
+        Some(n) => {
+            let (snapshot, positions) = load(job, store, n, &resume.offsets)?;
+            (Some(snapshot), positions)
+        }
         None => {
-            store.restore_point(0)?;
-            None
+            store.clear()?;
+            (None, BTreeMap::new())
         }
     };
     let committed = resume.checkpoint.unwrap_or(0);
@@ -73,7 +78,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         job = %job.name, checkpoint = ?resume.checkpoint, partitions = partitions.len(),
         key_groups = key_groups.count(), "recovered; running"
     );
-    Ok(Recovered { sink, sources, operators, next: committed + 1, key_groups })
+    Ok(Recovered { sink, sources, operators, next: committed + 1, key_groups, positions })
 }
 
 /// What a checkpoint of this job records about it.
@@ -133,14 +138,29 @@ fn sink_config(job: &Job) -> SinkConfig<'_> {
 }
 
 /// Checkpoint `n` with the keyed state brought to it, decoded and checked against this
-/// job's shape. A state_dir that cannot give `n` — lost, or holding another instance's
-/// checkpoint of that number — is rebuilt from the changelog.
-fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<Snapshot, TaskFailure> {
-    match local(job, store, n, committed) {
-        Err(TaskFailure::Store(StoreError::Missing { .. })) => {}
-        other => return other,
+/// job's shape, and the changelog positions the state then reflects. The state_dir's
+/// state is that of `n`, or of an earlier committed checkpoint (a crash came before the
+/// fold of the later ones) that the changelog's tail brings to `n`; a state_dir that
+/// cannot give `n` (lost, or holding another instance's checkpoint of that number) is
+/// rebuilt from the whole changelog.
+fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<(Snapshot, BTreeMap<i32, i64>), TaskFailure> {
+    store.discard_after(n)?;
+    let base = store.state_base()?;
+    if base.n > n {
+        let detail = format!(
+            "it holds the state of checkpoint {}, newer than checkpoint {n} that Kafka's committed offsets name; \
+             the offsets were moved back outside weir",
+            base.n
+        );
+        return Err(TaskFailure::Store(corrupt(store, base.n, Some("keyed state".into()), detail)));
     }
-    if job.sink.delivery == job::Delivery::AtLeastOnce {
+    if base.n == n {
+        match checkpoint_here(job, store, n, committed) {
+            Err(TaskFailure::Store(StoreError::Missing { .. })) => {}
+            other => return other.map(|snapshot| (snapshot, base.positions.unwrap_or_default())),
+        }
+    }
+    if job.sink.delivery == job::Delivery::AtLeastOnce && matches!(store.load(n), Err(StoreError::Missing { .. })) {
         return Err(TaskFailure::Incompatible(format!(
             "checkpoint {n} is not in the state_dir {}, and an at-least-once job cannot rebuild it from its \
              changelog, which it writes outside transactions (the changelog may hold more or less than \
@@ -150,15 +170,16 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
             job.name
         )));
     }
-    changelog::rebuild(job, store, n)?;
-    local(job, store, n, committed)
+    changelog::catch_up(job, store, n, &base)?;
+    let snapshot = checkpoint_here(job, store, n, committed)?;
+    Ok((snapshot, store.state_base()?.positions.unwrap_or_default()))
 }
 
 /// Checkpoint `n` from the state_dir, if it is the one Kafka committed: its source
 /// offsets are the committed ones. A checkpoint of that number that another instance
 /// sealed here but never committed (it was fenced or died, and a successor committed
 /// its own `n` elsewhere) counts as missing.
-fn local(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<Snapshot, TaskFailure> {
+fn checkpoint_here(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<Snapshot, TaskFailure> {
     let checkpoint = store.load(n)?;
     let snapshot = layout::decode(&checkpoint).map_err(|error| match error {
         FormatError::Newer { .. } => TaskFailure::Incompatible(format!("checkpoint {n} cannot be read: {error}")),
@@ -195,7 +216,6 @@ fn local(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i
             n,
         }));
     }
-    store.restore_point(n)?;
     Ok(snapshot)
 }
 

@@ -1,135 +1,106 @@
 //! Keyed state in the checkpoint store: the materialized state of the last checkpoint
-//! known committed (the *base*), and each later checkpoint's changes (its *delta*),
-//! kept until that checkpoint is known committed and folded into the base.
+//! known committed (the *base*), with the changelog offsets from which a replay brings
+//! it to the changelog's end. The changelog, written in each checkpoint's transaction,
+//! is the state's record; the store is its local cache, written once a checkpoint is
+//! committed and never on a checkpoint's path.
 //!
 //! ```text
-//! 0x02 len(job):u8 job  stage:u32be group:u32be key     -> framed value           (base)
-//! 0x03 len(job):u8 job  n:u64be stage:u32be group:u32be key -> framed tag ‖ value  (delta of n)
-//! 0x04 len(job):u8 job                                  -> framed n:u64le         (the base's checkpoint)
+//! 0x02 len(job):u8 job  stage:u32be group:u32be key  -> framed value   (the base)
+//! 0x04 len(job):u8 job                               -> framed marker  (what the base reflects)
 //! ```
 //!
-//! A delta's tag is 1 for a new value, 0 for a removal. Stage and group are big-endian,
-//! so one stage's state sorts by key group and a subtask reads its contiguous range of
-//! groups with one scan, whatever the parallelism that wrote it.
+//! The marker: n:u64le ‖ written_ms:i64le ‖ count:u32le ‖ count × (partition:i32le ‖
+//! offset:i64le); a marker of 8 bytes (n alone) is what weir wrote up to commit 36c9be7,
+//! with no offsets. Space 0x03 held each checkpoint's changes up to that commit; recovery
+//! deletes what is left of it. Stage and group are big-endian, so one stage's state sorts
+//! by key group and a subtask reads its contiguous range of groups with one scan,
+//! whatever the parallelism that wrote it.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::{WriteBatch, WriteOptions};
 
-use super::{Checkpoint, CheckpointStore, StoreError, frame, unframe};
+use super::{Checkpoint, CheckpointStore, StoreError, frame_into, unframe};
 use crate::state::StateChunk;
 
 const STATE: u8 = 0x02;
-const DELTA: u8 = 0x03;
+/// Per-checkpoint changes, as weir wrote them up to commit 36c9be7: deleted on recovery.
+const LEGACY_DELTA: u8 = 0x03;
 const BASE: u8 = 0x04;
-const TAG_REMOVED: u8 = 0;
-const TAG_VALUE: u8 = 1;
-/// Bytes of `n`, `stage` and `group` in a delta key.
-const DELTA_HEAD: usize = 8 + 4 + 4;
+/// Bytes of `stage` and `group` in a state key.
+const STATE_HEAD: usize = 4 + 4;
+/// Bytes of one changelog position in the marker.
+const POSITION_BYTES: usize = 4 + 8;
+
+/// A state key and its framed value, reused from one entry to the next.
+#[derive(Default)]
+struct Buffers {
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
 
 /// One changed key of a stage: its group, the key, and its new value or `None`.
 pub type Change<'a> = (u32, &'a [u8], Option<&'a [u8]>);
 
-impl CheckpointStore {
-    /// Writes one stage's changes of checkpoint `n`, which must not be sealed yet; the
-    /// seal's synced write makes them durable. Returns the bytes of keys and values.
-    pub fn put_changes<'a>(
-        &self,
-        n: u64,
-        stage: u32,
-        changes: impl IntoIterator<Item = Change<'a>>,
-    ) -> Result<u64, StoreError> {
-        let mut batch = WriteBatch::default();
-        let mut bytes = 0u64;
-        let mut payload = Vec::new();
-        for (group, key, value) in changes {
-            let delta_key = self.delta_key(n, stage, group, key);
-            payload.clear();
-            payload.push(if value.is_some() { TAG_VALUE } else { TAG_REMOVED });
-            payload.extend_from_slice(value.unwrap_or_default());
-            batch.put(&delta_key, frame(&delta_key, &payload).0);
-            bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
-        }
-        self.db
-            .write_opt(batch, &WriteOptions::default())
-            .map_err(|source| self.rocks(format!("writing the state changes of stage {stage} for checkpoint {n}"), source))?;
-        Ok(bytes)
-    }
+/// What the stored keyed state reflects.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateBase {
+    /// The committed checkpoint whose state the base holds; 0 when it is empty.
+    pub n: u64,
+    /// When the base was written, in ms since the Unix epoch (0: unknown).
+    pub written_ms: i64,
+    /// Per changelog partition, an offset at or before the first record written after
+    /// checkpoint `n` (a partition not listed: its start). Replaying each partition from
+    /// there to its end brings the base to the changelog's state. `None` when unknown
+    /// (an older weir wrote the base): only a full rebuild can catch up then.
+    pub positions: Option<BTreeMap<i32, i64>>,
+}
 
-    /// The checkpoint the base reflects; 0 when the base is empty.
-    pub fn state_checkpoint(&self) -> Result<u64, StoreError> {
+impl CheckpointStore {
+    /// What the stored keyed state reflects.
+    pub fn state_base(&self) -> Result<StateBase, StoreError> {
         let key = self.space_key(BASE);
         let value = self
             .db
             .get_pinned(&key)
             .map_err(|source| self.rocks("reading the checkpoint of the keyed state".into(), source))?;
-        let Some(value) = value else { return Ok(0) };
+        let Some(value) = value else { return Ok(StateBase::default()) };
         let payload = unframe(&key, &value).map_err(|detail| self.state_corrupt(0, detail))?;
-        let n: [u8; 8] = payload.try_into().map_err(|_| self.state_corrupt(0, format!("{} bytes", payload.len())))?;
-        Ok(u64::from_le_bytes(n))
+        decode_base(payload).ok_or_else(|| self.state_corrupt(0, format!("a state marker of {} bytes", payload.len())))
     }
 
-    /// Folds the deltas of every checkpoint up to `n`, which is committed, into the base.
-    /// One atomic write: a crash leaves the base as it was, deltas included.
-    pub fn materialize(&self, n: u64) -> Result<(), StoreError> {
-        let base = self.state_checkpoint()?;
-        if n <= base {
-            return Ok(());
-        }
+    /// Folds committed checkpoint `n`'s changes into the base and records `positions`
+    /// with it: one atomic write, not synced. A crash loses at most the latest folds,
+    /// and recovery replays what they held from the changelog.
+    pub fn fold<'a>(
+        &self,
+        n: u64,
+        changes: impl IntoIterator<Item = (u32, Change<'a>)>,
+        positions: &BTreeMap<i32, i64>,
+    ) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
-        let mut iter = self.db.raw_iterator();
-        let end = self.delta_start(n + 1);
-        iter.seek(self.delta_start(base + 1));
-        while let Some((key, value)) = iter.item() {
-            if key >= &end[..] {
-                break;
-            }
-            let (checkpoint, stage, group, user_key) = self.parse_delta_key(key)?;
-            let payload = unframe(key, value).map_err(|detail| self.state_corrupt(checkpoint, detail))?;
-            let state_key = self.state_key(stage, group, user_key);
-            match payload.split_first() {
-                Some((&TAG_VALUE, value)) => batch.put(&state_key, frame(&state_key, value).0),
-                Some((&TAG_REMOVED, [])) => batch.delete(&state_key),
-                _ => return Err(self.state_corrupt(checkpoint, "a change that is neither a value nor a removal".into())),
-            }
-            iter.next();
+        let mut buffers = Buffers::default();
+        for (stage, (group, key, value)) in changes {
+            self.put_state_into(&mut batch, &mut buffers, stage, group, key, value);
         }
-        iter.status().map_err(|source| self.rocks(format!("reading the state changes up to checkpoint {n}"), source))?;
-        batch.delete_range(self.delta_start(0), end);
-        let base_key = self.space_key(BASE);
-        batch.put(&base_key, frame(&base_key, &n.to_le_bytes()).0);
+        self.put_base_into(&mut batch, n, positions);
         self.db
             .write_opt(batch, &WriteOptions::default())
-            .map_err(|source| self.rocks(format!("folding the state changes up to checkpoint {n} into the state"), source))
+            .map_err(|source| self.rocks(format!("folding the state changes of checkpoint {n} into the state"), source))
     }
 
-    /// Recovery: makes the base the state of committed checkpoint `n` (0: a fresh start,
-    /// so an empty state). Discards what came after `n` first. `Missing` if a checkpoint
-    /// between the base and `n` is gone, so its changes cannot be had.
-    pub fn restore_point(&self, n: u64) -> Result<(), StoreError> {
-        self.discard_after(n)?;
-        if n == 0 {
-            // Unconditionally: a rebuild killed before its end leaves state without a base.
-            return self.clear_state();
-        }
-        let base = self.state_checkpoint()?;
-        if base > n {
-            return Err(self.state_corrupt(
-                base,
-                format!("it holds the state of checkpoint {base}, newer than checkpoint {n} that Kafka's committed offsets name; the offsets were moved back outside weir"),
-            ));
-        }
-        for k in base + 1..=n {
-            let sealed = self
-                .db
-                .get_pinned(self.manifest_key(k))
-                .map_err(|source| self.rocks(format!("reading the manifest of checkpoint {k}"), source))?
-                .is_some();
-            if !sealed {
-                return Err(StoreError::Missing { dir: self.dir.clone(), job: self.job.clone(), n: k });
-            }
-        }
-        self.materialize(n)
+    /// Recovery with no committed checkpoint (a fresh start), or before a rebuild from
+    /// the whole changelog: deletes every checkpoint and all keyed state, synced.
+    pub fn clear(&self) -> Result<(), StoreError> {
+        self.discard_after(0)?;
+        let mut batch = WriteBatch::default();
+        batch.delete_range(self.space_key(STATE), self.space_end(STATE));
+        batch.delete(self.space_key(BASE));
+        let mut sync = WriteOptions::default();
+        sync.set_sync(true);
+        self.db.write_opt(batch, &sync).map_err(|source| self.rocks("clearing the keyed state".into(), source))
     }
 
     /// Reads `stage`'s state for `groups` in chunks of about `chunk_bytes`, calling `f` with
@@ -141,7 +112,7 @@ impl CheckpointStore {
         chunk_bytes: usize,
         mut f: impl FnMut(StateChunk) -> Result<(), E>,
     ) -> Result<u64, E> {
-        let base = self.state_checkpoint()?;
+        let base = self.state_base()?.n;
         let start = self.state_key(stage, groups.start, b"");
         let end = self.state_key(stage, groups.end, b"");
         let snapshot = self.db.snapshot();
@@ -169,59 +140,67 @@ impl CheckpointStore {
         Ok(entries)
     }
 
-    /// Starts rebuilding the keyed state from elsewhere (the changelog): deletes every
-    /// checkpoint, delta and the state. Until `finish_rebuild`, recovery finds no
-    /// checkpoint here and rebuilds again.
-    pub fn begin_rebuild(&self) -> Result<(), StoreError> {
-        self.discard_after(0)?;
-        self.clear_state()
-    }
-
-    /// Writes rebuilt state: each `(stage, group, key, state)`, `None` deleting the key.
+    /// Writes replayed state: each `(stage, group, key, state)`, `None` deleting the key.
     pub fn put_state<'a>(&self, entries: impl IntoIterator<Item = (u32, u32, &'a [u8], Option<&'a [u8]>)>) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
+        let mut buffers = Buffers::default();
         for (stage, group, key, state) in entries {
-            let state_key = self.state_key(stage, group, key);
-            match state {
-                Some(state) => batch.put(&state_key, frame(&state_key, state).0),
-                None => batch.delete(&state_key),
-            }
+            self.put_state_into(&mut batch, &mut buffers, stage, group, key, state);
         }
         self.db
             .write_opt(batch, &WriteOptions::default())
-            .map_err(|source| self.rocks("writing rebuilt state".into(), source))
+            .map_err(|source| self.rocks("writing state replayed from the changelog".into(), source))
     }
 
-    /// Ends a rebuild: seals `checkpoint` as the one the state now reflects.
-    pub fn finish_rebuild(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+    /// Ends a replay: stores `checkpoint` (replacing one of that number sealed here but
+    /// never committed) as the one the state now reflects, with the changelog
+    /// `positions` the replay reached. Synced.
+    pub fn finish_replay(&self, checkpoint: &Checkpoint, positions: &BTreeMap<i32, i64>) -> Result<(), StoreError> {
         let n = checkpoint.n;
+        self.discard_after(n.saturating_sub(1))?;
         for (task, bytes) in &checkpoint.tasks {
             self.put(n, task, bytes)?;
         }
         let tasks: Vec<&str> = checkpoint.tasks.keys().map(String::as_str).collect();
         self.seal(n, &tasks, &checkpoint.meta)?;
-        let base_key = self.space_key(BASE);
+        self.mark_state(n, positions)
+    }
+
+    /// Ends a replay into a store that holds checkpoint `n` already: the state is now
+    /// that of `n` (or later), with the changelog `positions` the replay reached. Synced.
+    pub fn mark_state(&self, n: u64, positions: &BTreeMap<i32, i64>) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        self.put_base_into(&mut batch, n, positions);
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         self.db
-            .put_opt(&base_key, frame(&base_key, &n.to_le_bytes()).0, &sync)
+            .write_opt(batch, &sync)
             .map_err(|source| self.rocks(format!("marking the state as that of checkpoint {n}"), source))
     }
 
-    /// Deletes the base and every delta: the job starts over with empty state.
-    fn clear_state(&self) -> Result<(), StoreError> {
-        let mut batch = WriteBatch::default();
-        batch.delete_range(self.space_key(STATE), self.space_end(STATE));
-        batch.delete_range(self.space_key(DELTA), self.space_end(DELTA));
-        batch.delete(self.space_key(BASE));
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
-        self.db.write_opt(batch, &sync).map_err(|source| self.rocks("clearing the keyed state".into(), source))
+    /// Deletes the per-checkpoint changes an older weir kept (part of `discard_after`).
+    pub(super) fn discard_legacy_deltas(&self, batch: &mut WriteBatch) {
+        batch.delete_range(self.space_key(LEGACY_DELTA), self.space_end(LEGACY_DELTA));
     }
 
-    /// Deletes the deltas of checkpoints `from` and later (part of `discard_after`).
-    pub(super) fn discard_deltas_from(&self, batch: &mut WriteBatch, from: u64) {
-        batch.delete_range(self.delta_start(from), self.space_end(DELTA));
+    fn put_state_into(&self, batch: &mut WriteBatch, buffers: &mut Buffers, stage: u32, group: u32, key: &[u8], value: Option<&[u8]>) {
+        let Buffers { key: state_key, value: framed } = buffers;
+        self.state_key_into(stage, group, key, state_key);
+        match value {
+            Some(value) => {
+                frame_into(state_key, value, framed);
+                batch.put(state_key.as_slice(), framed.as_slice());
+            }
+            None => batch.delete(state_key.as_slice()),
+        }
+    }
+
+    fn put_base_into(&self, batch: &mut WriteBatch, n: u64, positions: &BTreeMap<i32, i64>) {
+        let written_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let key = self.space_key(BASE);
+        let mut framed = Vec::new();
+        frame_into(&key, &encode_base(n, written_ms, positions), &mut framed);
+        batch.put(&key, framed);
     }
 
     /// `[space, len(job), job..]`: the start of a key space of this job.
@@ -234,43 +213,73 @@ impl CheckpointStore {
     /// Above every key of a space of this job.
     fn space_end(&self, space: u8) -> Vec<u8> {
         let mut key = self.space_key(space);
-        key.extend_from_slice(&[0xff; DELTA_HEAD + 1]);
+        key.extend_from_slice(&[0xff; STATE_HEAD + 1]);
         key
     }
 
     fn state_key(&self, stage: u32, group: u32, key: &[u8]) -> Vec<u8> {
-        let mut out = self.space_key(STATE);
+        let mut out = Vec::new();
+        self.state_key_into(stage, group, key, &mut out);
+        out
+    }
+
+    fn state_key_into(&self, stage: u32, group: u32, key: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.prefix);
+        out[0] = STATE;
         out.extend_from_slice(&stage.to_be_bytes());
         out.extend_from_slice(&group.to_be_bytes());
         out.extend_from_slice(key);
-        out
-    }
-
-    fn delta_start(&self, n: u64) -> Vec<u8> {
-        let mut out = self.space_key(DELTA);
-        out.extend_from_slice(&n.to_be_bytes());
-        out
-    }
-
-    fn delta_key(&self, n: u64, stage: u32, group: u32, key: &[u8]) -> Vec<u8> {
-        let mut out = self.delta_start(n);
-        out.extend_from_slice(&stage.to_be_bytes());
-        out.extend_from_slice(&group.to_be_bytes());
-        out.extend_from_slice(key);
-        out
-    }
-
-    fn parse_delta_key<'k>(&self, key: &'k [u8]) -> Result<(u64, u32, u32, &'k [u8]), StoreError> {
-        let head = key
-            .get(self.prefix.len()..self.prefix.len() + DELTA_HEAD)
-            .ok_or_else(|| self.state_corrupt(0, format!("a state change key of {} bytes", key.len())))?;
-        let n = u64::from_be_bytes(head[..8].try_into().expect("8 bytes"));
-        let stage = u32::from_be_bytes(head[8..12].try_into().expect("4 bytes"));
-        let group = u32::from_be_bytes(head[12..].try_into().expect("4 bytes"));
-        Ok((n, stage, group, &key[self.prefix.len() + DELTA_HEAD..]))
     }
 
     fn state_corrupt(&self, n: u64, detail: String) -> StoreError {
         StoreError::Corrupt { dir: self.dir.clone(), job: self.job.clone(), n, task: Some("keyed state".into()), detail }
+    }
+}
+
+fn encode_base(n: u64, written_ms: i64, positions: &BTreeMap<i32, i64>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + 8 + 4 + positions.len() * POSITION_BYTES);
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&written_ms.to_le_bytes());
+    out.extend_from_slice(&(positions.len() as u32).to_le_bytes());
+    for (&partition, &offset) in positions {
+        out.extend_from_slice(&partition.to_le_bytes());
+        out.extend_from_slice(&offset.to_le_bytes());
+    }
+    out
+}
+
+fn decode_base(payload: &[u8]) -> Option<StateBase> {
+    let (n, rest) = payload.split_first_chunk::<8>()?;
+    let n = u64::from_le_bytes(*n);
+    if rest.is_empty() {
+        return Some(StateBase { n, written_ms: 0, positions: None });
+    }
+    let (written_ms, rest) = rest.split_first_chunk::<8>()?;
+    let (count, rest) = rest.split_first_chunk::<4>()?;
+    if rest.len() != u32::from_le_bytes(*count) as usize * POSITION_BYTES {
+        return None;
+    }
+    let position = |p: &[u8]| {
+        let (partition, offset) = p.split_at(4);
+        (i32::from_le_bytes(partition.try_into().expect("4 bytes")), i64::from_le_bytes(offset.try_into().expect("8 bytes")))
+    };
+    let positions = rest.chunks_exact(POSITION_BYTES).map(position).collect();
+    Some(StateBase { n, written_ms: i64::from_le_bytes(*written_ms), positions: Some(positions) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_read_back_and_the_old_one_has_no_positions() {
+        let positions = BTreeMap::from([(0, 17), (5, 1 << 40)]);
+        let base = decode_base(&encode_base(9, 1234, &positions)).unwrap();
+        assert_eq!(base, StateBase { n: 9, written_ms: 1234, positions: Some(positions) });
+        assert_eq!(decode_base(&7u64.to_le_bytes()), Some(StateBase { n: 7, written_ms: 0, positions: None }));
+        let cut = encode_base(9, 1, &BTreeMap::from([(1, 2)]));
+        assert_eq!(decode_base(&cut[..cut.len() - 1]), None);
+        assert_eq!(decode_base(&[1, 2, 3]), None);
     }
 }
