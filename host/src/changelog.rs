@@ -25,6 +25,7 @@ use crate::checkpoint::store::{Checkpoint, CheckpointStore, StateBase};
 use crate::dataflow::{KeyGroups, TaskFailure};
 use crate::job::{Delivery, Job};
 use crate::source;
+use crate::state::StateChanges;
 
 /// How long Kafka may take to answer a metadata or admin request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -190,7 +191,8 @@ fn replay(
         key_groups,
         job: &job.name,
         topic,
-        pending: Vec::new(),
+        pending: BTreeMap::new(),
+        pending_entries: 0,
         entries: 0,
         checkpoint: None,
         positions: from.cloned().unwrap_or_default(),
@@ -231,16 +233,15 @@ fn replay(
     Ok(())
 }
 
-/// A replayed entry not yet written: `(stage, group, key, state)`, `None` a removal.
-type Pending = (u32, u32, Vec<u8>, Option<Vec<u8>>);
-
 /// What a replay has read so far.
 struct Replayed<'a> {
     store: &'a CheckpointStore,
     key_groups: KeyGroups,
     job: &'a str,
     topic: &'a str,
-    pending: Vec<Pending>,
+    /// Replayed entries not yet written, by stage, in the order read.
+    pending: BTreeMap<u32, StateChanges>,
+    pending_entries: usize,
     entries: u64,
     checkpoint: Option<Checkpoint>,
     /// Per partition, the offset after the last record read.
@@ -274,9 +275,10 @@ impl Replayed<'_> {
                 if i64::from(group) != i64::from(partition) {
                     return Err(foreign(format!("its key belongs to key group {group}, not {partition}")));
                 }
-                self.pending.push((stage, group, key.to_vec(), state.map(<[u8]>::to_vec)));
+                self.pending.entry(stage).or_insert_with(|| StateChanges::new(stage)).push(group, key, state);
                 self.entries += 1;
-                if self.pending.len() >= WRITE_BATCH {
+                self.pending_entries += 1;
+                if self.pending_entries >= WRITE_BATCH {
                     self.flush()?;
                 }
             }
@@ -285,12 +287,13 @@ impl Replayed<'_> {
     }
 
     fn flush(&mut self) -> Result<(), TaskFailure> {
-        // Key order makes RocksDB's memtable inserts cheap; stable, so a key's later
-        // record still wins.
-        self.pending.sort_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
-        let entries = self.pending.iter().map(|(stage, group, key, state)| (*stage, *group, &key[..], state.as_deref()));
-        self.store.put_state(entries)?;
-        self.pending.clear();
+        for (_, mut changes) in std::mem::take(&mut self.pending) {
+            // A key read twice comes twice, in the order read: the later record wins.
+            let _ = changes.sort();
+            let stage = changes.stage;
+            self.store.put_state(changes.entries().map(|(group, key, state)| (stage, group, key, state)))?;
+        }
+        self.pending_entries = 0;
         Ok(())
     }
 }
@@ -303,10 +306,11 @@ fn read_to_end(
     mut each: impl FnMut(i32, i64, &rdkafka::message::BorrowedMessage<'_>) -> Result<(), TaskFailure>,
 ) -> Result<(), TaskFailure> {
     let mut open = partitions as usize;
-    let mut last_progress = Instant::now();
+    // Since when nothing has been read; no clock is read per record.
+    let mut quiet_since: Option<Instant> = None;
     while open > 0 {
         let Some(result) = consumer.poll(Duration::from_millis(100)) else {
-            if last_progress.elapsed() > STALL_TIMEOUT {
+            if quiet_since.get_or_insert_with(Instant::now).elapsed() > STALL_TIMEOUT {
                 return Err(TaskFailure::Kafka(format!(
                     "reading the changelog topic `{topic}` made no progress for {} s ({open} of {partitions} \
                      partitions not read to their end)",
@@ -315,7 +319,7 @@ fn read_to_end(
             }
             continue;
         };
-        last_progress = Instant::now();
+        quiet_since = None;
         match result {
             Ok(message) => each(message.partition(), message.offset(), &message)?,
             Err(KafkaError::PartitionEOF(_)) => open -= 1,

@@ -133,12 +133,12 @@ impl StateChanges {
     }
 
     /// Orders the entries by group and key, as the store keeps them (its memtable
-    /// inserts sorted keys several times faster than random ones). Returns a key that
-    /// comes twice, if one does.
+    /// inserts sorted keys several times faster than random ones); the entries of a key
+    /// pushed twice stay in the order pushed. Returns a key that comes twice, if one does.
     pub(crate) fn sort(&mut self) -> Option<&[u8]> {
         let keys: Vec<&[u8]> = self.chunk.iter().map(|(key, _)| key).collect();
         let mut order: Vec<u32> = (0..keys.len() as u32).collect();
-        order.sort_unstable_by(|&a, &b| {
+        order.sort_by(|&a, &b| {
             let (a, b) = (a as usize, b as usize);
             (self.groups[a], keys[a]).cmp(&(self.groups[b], keys[b]))
         });
@@ -199,6 +199,8 @@ mod tests {
         assert_eq!(sorted, [(1, &b"b"[..], Some(&b"2"[..])), (1, &b"c"[..], None), (2, &b"a"[..], Some(&b"1"[..]))]);
         changes.push(1, b"b", None);
         assert_eq!(changes.sort(), Some(&b"b"[..]));
+        let b: Vec<_> = changes.entries().filter(|(_, key, _)| key == b"b").map(|(.., value)| value).collect();
+        assert_eq!(b, [Some(&b"2"[..]), None], "in the order pushed");
     }
 
     #[test]
