@@ -179,6 +179,20 @@ enum Cmd {
         brokers: String,
         topics: Vec<String>,
     },
+    /// Wait until a consumer group has committed every partition of a topic to its end
+    /// (a job that writes no output has drained its input then); exits 1 at the timeout.
+    WaitDrained {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        #[arg(long, default_value_t = 600)]
+        timeout_s: u64,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -239,6 +253,9 @@ fn main() -> anyhow::Result<()> {
             topics::create(&brokers, &topic, partitions).with_context(|| format!("creating {topic}"))
         }
         Cmd::DeleteTopics { brokers, topics } => topics::delete(&brokers, &topics).context("deleting topics"),
+        Cmd::WaitDrained { brokers, group, topic, partitions, timeout_s } => {
+            topics::wait_drained(&brokers, &group, &topic, partitions, Duration::from_secs(timeout_s))
+        }
     }
 }
 

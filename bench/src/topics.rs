@@ -80,3 +80,21 @@ pub(crate) fn committed(consumer: &BaseConsumer, topic: &str, partitions: i32) -
         })
         .collect()
 }
+
+/// Returns once `group` has committed every partition of `topic` at its end offset;
+/// fails after `timeout`. Polls every 100 ms.
+pub(crate) fn wait_drained(brokers: &str, group: &str, topic: &str, partitions: i32, timeout: Duration) -> anyhow::Result<()> {
+    let consumer = consumer(brokers, group)?;
+    let ends = end_offsets(&consumer, topic, partitions)?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let committed = committed(&consumer, topic, partitions)?;
+        if committed.iter().zip(&ends).all(|(c, e)| c >= e) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("group {group} committed {committed:?} of {topic}, whose ends are {ends:?}, after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

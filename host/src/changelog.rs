@@ -93,63 +93,80 @@ fn refuse_earlier_state(job: &Job, topic: &str, key_groups: KeyGroups) -> Result
 }
 
 /// Brings the store's keyed state to committed checkpoint `n` from the changelog. From
-/// the positions the store's base recorded, only the tail is replayed; without usable
-/// positions (an empty or lost state_dir, one an older weir wrote, positions the topic
-/// no longer has, or a base so old that Kafka may have dropped removals after it), the
-/// state is rebuilt from the whole topic. Either way the store then holds checkpoint `n`
-/// as the changelog's last checkpoint record gives it.
+/// the positions the store's base recorded, only the tail is replayed; without them (an
+/// empty or lost state_dir, one an older weir wrote, or a base so old that Kafka may
+/// have dropped removals after it), the state is rebuilt from the whole topic. Either
+/// way the store then holds checkpoint `n` as the changelog's last checkpoint record
+/// gives it. Positions the topic no longer has are an error: it was recreated or
+/// truncated, and what it lost cannot be rebuilt from it.
 pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateBase) -> Result<(), TaskFailure> {
     let topic = topic(job);
     let Some(partitions) = partition_count(job, &topic)? else {
         return Err(TaskFailure::Incompatible(format!(
-            "checkpoint {n} is not in the state_dir {} and the changelog topic `{topic}` that could rebuild it does \
-             not exist: the job's state is lost. Restore the state_dir or the topic, or start over deliberately \
-             with empty state by deleting consumer group `{}`",
+            "the state_dir {} holds the state of checkpoint {}, not of checkpoint {n} that Kafka's committed offsets \
+             name, and the changelog topic `{topic}` that could bring it there does not exist: the job's state is \
+             lost. Restore the topic, or start over deliberately with empty state by deleting consumer group `{}`",
             store.dir().display(),
+            base.n,
             job.name
         )));
     };
+    let tail = tail_start(job, &topic, partitions, base)?;
     if job.sink.delivery == Delivery::AtLeastOnce {
         // Written outside transactions, the changelog may hold changes of the checkpoint
         // after `n`, and its last checkpoint record with them: the store keeps `n`'s
         // entry, and the state may run ahead of it, as at-least-once allows.
-        let Some(from) = tail_start(job, &topic, partitions, base)? else {
-            return Err(TaskFailure::Incompatible(format!(
-                "the state in the state_dir {} is that of checkpoint {}, not {n}, and the changelog no longer holds \
-                 all that followed it; an at-least-once job cannot rebuild from its changelog, which it writes \
-                 outside transactions: restore the state_dir, or start over deliberately with empty state by \
-                 deleting consumer group `{}`",
+        return match tail {
+            Tail::From(from) => replay(job, store, n, &topic, partitions, Some(&from)),
+            Tail::Whole(why) => Err(TaskFailure::Incompatible(format!(
+                "the state in the state_dir {} is that of checkpoint {}, not {n}, and {why}; an at-least-once job \
+                 cannot rebuild from its whole changelog, which it writes outside transactions: restore the \
+                 state_dir, or start over deliberately with empty state by deleting consumer group `{}`",
                 store.dir().display(),
                 base.n,
                 job.name
-            )));
+            ))),
         };
-        return replay(job, store, n, &topic, partitions, Some(&from));
     }
-    if let Some(from) = tail_start(job, &topic, partitions, base)? {
-        match replay(job, store, n, &topic, partitions, Some(&from)) {
+    match tail {
+        Tail::From(from) => match replay(job, store, n, &topic, partitions, Some(&from)) {
             Err(TaskFailure::Incompatible(why)) => {
                 tracing::warn!(checkpoint = n, from = base.n, "the changelog's tail cannot give checkpoint {n} ({why}); rebuilding from the whole topic");
             }
             other => return other,
-        }
+        },
+        Tail::Whole(why) => tracing::info!(checkpoint = n, from = base.n, "rebuilding keyed state from the whole changelog: {why}"),
     }
     replay(job, store, n, &topic, partitions, None)
 }
 
+/// Where a replay starts.
+enum Tail {
+    /// From these offsets, per partition.
+    From(BTreeMap<i32, i64>),
+    /// From the start of the topic, for this reason.
+    Whole(String),
+}
+
 /// Where a replay of the tail starts: the base's positions, if the topic still holds
-/// everything after them.
-fn tail_start(job: &Job, topic: &str, partitions: u32, base: &StateBase) -> Result<Option<BTreeMap<i32, i64>>, TaskFailure> {
-    let Some(positions) = base.positions.as_ref().filter(|_| base.n > 0) else {
-        return Ok(None);
+/// everything after them. Positions past a partition's end, or before its start, are an
+/// error: the topic was recreated or truncated.
+fn tail_start(job: &Job, topic: &str, partitions: u32, base: &StateBase) -> Result<Tail, TaskFailure> {
+    let Some(positions) = &base.positions else {
+        let why = if base.n == 0 { "the state_dir holds no state" } else { "the state_dir records no changelog offsets (an older weir wrote it)" };
+        return Ok(Tail::Whole(why.to_string()));
     };
     // The cleaner drops a removal `delete.retention.ms` after it was written at the
     // earliest; a tail written longer ago than half that may have lost some.
     let retention_ms = topic_config(job, topic, "delete.retention.ms")?.parse::<i64>().unwrap_or(DEFAULT_DELETE_RETENTION_MS);
     let age_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64) - base.written_ms;
     if age_ms > retention_ms / 2 {
-        tracing::info!(checkpoint = base.n, age_ms, retention_ms, "the state_dir's state is too old to catch up from the changelog's tail");
-        return Ok(None);
+        let why = format!(
+            "the state_dir's state was written {} s ago, more than half the topic's delete.retention.ms ({retention_ms} ms), \
+             so Kafka may have dropped removals that followed it",
+            age_ms / 1000
+        );
+        return Ok(Tail::Whole(why));
     }
     let consumer = client(job)?;
     for (&partition, &position) in positions {
@@ -157,15 +174,19 @@ fn tail_start(job: &Job, topic: &str, partitions: u32, base: &StateBase) -> Resu
             .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
             .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of the changelog topic `{topic}` partition {partition}: {e}")))?;
         if partition as u32 >= partitions || position < low || position > high {
-            tracing::warn!(
-                partition, position, low, high,
-                "the changelog topic `{topic}` no longer holds what followed the state_dir's state (recreated or \
-                 truncated?); rebuilding from the whole topic"
-            );
-            return Ok(None);
+            return Err(TaskFailure::Incompatible(format!(
+                "the changelog topic `{topic}` on {} no longer holds what followed the state_dir's state (checkpoint {}): \
+                 it recorded offset {position} of partition {partition}, which now holds offsets {low}..{high}. The \
+                 topic was recreated or truncated outside weir, and the state it lost cannot be rebuilt from it: \
+                 restore the topic, or start over deliberately with empty state by deleting consumer group `{}` and \
+                 the topic",
+                job.sink.brokers,
+                base.n,
+                job.name
+            )));
         }
     }
-    Ok(Some(positions.clone()))
+    Ok(Tail::From(positions.clone()))
 }
 
 /// Replays the changelog into the store, from `from` (per partition; a partition not
@@ -363,6 +384,9 @@ fn reader(job: &Job, topic: &str, partitions: u32, from: Option<&BTreeMap<i32, i
     let consumer: BaseConsumer<Reader> = client_config(job)
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
+        // A partition's end is known from a fetch that returns nothing new: the broker
+        // would hold such a fetch 500 ms by default, and a replay waits for every end.
+        .set("fetch.wait.max.ms", "10")
         .create_with_context(Reader)
         .map_err(|e| TaskFailure::Kafka(format!("creating a consumer of the changelog topic `{topic}`: {e}")))?;
     let mut list = TopicPartitionList::new();
@@ -483,9 +507,28 @@ impl Ends {
         Ok(Ends { consumer, topic: topic(job) })
     }
 
+    /// Where every partition of a changelog of `count` partitions ends.
+    pub(crate) fn all(&self, count: u32) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+        Ok(self.of(&(0..count as i32).collect())?.into_iter().collect())
+    }
+
     /// The end offset of each of `partitions`, in one request per leader. Called before
     /// the next checkpoint writes to the changelog, each is at or before its first record.
+    /// Retried for a while: a topic just created has no leaders at first.
     pub(crate) fn of(&self, partitions: &BTreeSet<i32>) -> Result<Vec<(i32, i64)>, TaskFailure> {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            match self.try_of(partitions) {
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!("retrying: {error}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    fn try_of(&self, partitions: &BTreeSet<i32>) -> Result<Vec<(i32, i64)>, TaskFailure> {
         let topic = &self.topic;
         let kafka = |e: String| TaskFailure::Kafka(format!("reading where the changelog topic `{topic}` ends: {e}"));
         let mut list = TopicPartitionList::new();

@@ -2,9 +2,10 @@
 //! gathers every task's entry into the store (operator subtasks have written their
 //! keyed state changes to the changelog themselves), writes the checkpoint record to
 //! the changelog in N's Kafka transaction, seals N in the store (synced), and makes
-//! the Kafka transaction commit the single decision point for N (DESIGN.md §2). Once N
-//! is committed, it reads where the changelog partitions N wrote now end, and the
-//! folder (`graph.rs`) folds N's changes into the store's state with those positions.
+//! the Kafka transaction commit the single decision point for N (DESIGN.md §2). Just
+//! before the commit it reads where the changelog partitions N wrote end; once N is
+//! committed, the folder (`graph.rs`) folds N's changes into the store's state with
+//! those positions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -39,6 +40,12 @@ pub(super) struct Coordinator<'a> {
     pub(super) committed: Sender<u64>,
     /// Checkpoints committed, for the folder to fold into the store's state.
     pub(super) folds: Sender<Fold>,
+    /// The folder's word that it has folded a checkpoint.
+    pub(super) folded: Receiver<u64>,
+    /// The checkpoint handed to the folder and not yet folded, when checkpoints wait for
+    /// folds (at-least-once: see `await_fold`).
+    pub(super) fold_in_flight: Option<u64>,
+    pub(super) await_folds: bool,
     /// Reads where the changelog's partitions end.
     pub(super) changelog_ends: changelog::Ends,
     /// Per changelog partition, an offset at or before the first record of the next
@@ -114,6 +121,7 @@ impl Coordinator<'_> {
 
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         let started = Instant::now();
+        self.await_fold()?;
         for source in &self.sources {
             source.send(Control::Barrier(n)).map_err(|_| TaskFailure::Stopped)?;
         }
@@ -157,6 +165,11 @@ impl Coordinator<'_> {
         let names: Vec<&str> = checkpoint.tasks.keys().map(String::as_str).collect();
         let size = self.store.seal(n, &names, &self.meta).map_err(TaskFailure::Store)?;
         fault::point(Step::AfterSeal, n);
+        // Before the commit: records another instance wrote after fencing this one may be
+        // among these ends, but then this commit fails and nothing is folded; and nothing
+        // of n+1 is written yet. Records of n not yet flushed may lie past them, which only
+        // makes a replay read them again.
+        self.advance_positions(&changes)?;
         tracing::debug!(checkpoint = n, "checkpoint sealed; committing it in Kafka");
 
         let what = format!("the Kafka commit of checkpoint {n}");
@@ -165,14 +178,13 @@ impl Coordinator<'_> {
             .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.source_topic, &offsets))?;
         let commit_time = timer.elapsed();
         fault::point(Step::AfterCommit, n);
-        // Before the sink lets epoch n+1 through: nothing of n+1 is in the changelog yet.
-        self.advance_positions(&changes)?;
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 
         let (changed, changed_bytes) =
             changes.iter().map(StateChanges::size).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
         let fold = Fold { n, changes, positions: self.positions.clone() };
         self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
+        self.fold_in_flight = self.await_folds.then_some(n);
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
@@ -189,8 +201,32 @@ impl Coordinator<'_> {
         Ok(())
     }
 
-    /// Moves the positions of the changelog partitions a committed checkpoint wrote to
-    /// where they end now.
+    /// At-least-once: waits until the previous checkpoint is folded into the store. Its
+    /// changes are the changelog's last then, so a replay from the store's positions
+    /// after a crash reads nothing of a later checkpoint, whose records an at-least-once
+    /// changelog shows before their commit (read_committed hides them from an
+    /// exactly-once replay). A task failure ends the wait.
+    fn await_fold(&mut self) -> Result<(), TaskFailure> {
+        let Some(n) = self.fold_in_flight.take() else { return Ok(()) };
+        crossbeam_channel::select! {
+            recv(self.folded) -> folded => match folded {
+                Ok(m) => {
+                    debug_assert_eq!(m, n, "the folder folded {m} while {n} was in flight");
+                    Ok(())
+                }
+                Err(_) => Err(TaskFailure::Stopped),
+            },
+            recv(self.events) -> event => match event {
+                Ok(Event::Failed(failure)) => Err(failure),
+                Ok(Event::State { n: m, task, .. }) => unreachable!("{task} sent state for checkpoint {m} before its barrier"),
+                Ok(Event::SinkAligned(m)) => unreachable!("the sink aligned {m} before its barrier"),
+                Err(_) => Err(TaskFailure::Stopped),
+            },
+        }
+    }
+
+    /// Moves the positions of the changelog partitions a checkpoint wrote to where they
+    /// end now.
     fn advance_positions(&mut self, changes: &[StateChanges]) -> Result<(), TaskFailure> {
         let written: BTreeSet<i32> = changes.iter().flat_map(StateChanges::groups).map(|g| g as i32).collect();
         if written.is_empty() {

@@ -13,6 +13,7 @@ use crate::changelog;
 use crate::checkpoint::layout::{self, PartitionState};
 use crate::checkpoint::store::CheckpointStore;
 use crate::dataflow::{Event, KeyGroups, Message, TaskFailure};
+use crate::job;
 use crate::operator::OperatorInstance;
 use crate::sink::{self, SinkTask};
 use crate::source::{self, Control, SourceTask};
@@ -66,9 +67,13 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
         let what = format!("the sink task (topic {})", job.sink.topic);
         handles.push(spawn_task(scope, "sink".to_string(), what, events_tx.clone(), move || sink_task.run()));
         let (folds_tx, folds_rx) = bounded::<Fold>(1);
+        // At-least-once checkpoints wait for the previous fold (Coordinator::await_fold).
+        let await_folds = job.sink.delivery == job::Delivery::AtLeastOnce;
+        let (folded_tx, folded_rx) = bounded::<u64>(1);
+        let folded_tx = await_folds.then_some(folded_tx);
         let store = &engine.store;
         let what = "the state folder".to_string();
-        handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx)));
+        handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx, folded_tx.as_ref())));
         drop(events_tx);
 
         let mut coordinator = Coordinator {
@@ -80,6 +85,9 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
             events: events_rx,
             committed: committed_tx,
             folds: folds_tx,
+            folded: folded_rx,
+            fold_in_flight: None,
+            await_folds,
             changelog_ends: changelog::Ends::new(job)?,
             positions,
             expected_states: parallelism * (stages + 1),
@@ -211,15 +219,19 @@ fn spawn_operators<'scope>(
 }
 
 /// Folds each committed checkpoint's changes into the store's state and prunes what
-/// is older, off the coordinator's path: checkpoint N+1 runs meanwhile, and a crash
-/// before a fold leaves its changes for recovery to replay from the changelog.
-fn fold(store: &CheckpointStore, committed: &Receiver<Fold>) -> Result<(), TaskFailure> {
+/// is older, off the coordinator's path: epoch N+1 runs meanwhile, and a crash before a
+/// fold leaves its changes for recovery to replay from the changelog. Says when each
+/// fold is done to `folded`, if given (at-least-once: checkpoint N+1 begins only then).
+fn fold(store: &CheckpointStore, committed: &Receiver<Fold>, folded: Option<&Sender<u64>>) -> Result<(), TaskFailure> {
     for Fold { n, changes, positions } in committed {
         let started = Instant::now();
         let entries = changes.iter().flat_map(|c| c.entries().map(move |entry| (c.stage, entry)));
         store.fold(n, entries, &positions)?;
         store.prune_before(n)?;
         tracing::debug!(checkpoint = n, duration_ms = started.elapsed().as_millis() as u64, "folded state changes");
+        if let Some(folded) = folded {
+            folded.send(n).map_err(|_| TaskFailure::Stopped)?;
+        }
     }
     Ok(())
 }

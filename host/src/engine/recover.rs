@@ -71,6 +71,16 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
 
     let key_groups = key_groups(job, partitions.len(), snapshot.as_ref())?;
     changelog::prepare(job, key_groups, resume.checkpoint)?;
+    let positions = match snapshot {
+        Some(_) => positions,
+        // A fresh start records where the changelog ends, so that a replay never reads
+        // what an earlier run of the job left in it (at-least-once keeps that).
+        None => {
+            let ends = changelog::Ends::new(job)?.all(key_groups.count())?;
+            store.mark_state(0, &ends)?;
+            ends
+        }
+    };
     let sources = start_offsets(job, &resume_consumer, &partitions, &resume, snapshot.as_ref())?;
     let operators = instances(job, plugins, metrics, store, snapshot.as_ref(), key_groups)?;
     sink.begin()?;

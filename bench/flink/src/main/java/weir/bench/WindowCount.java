@@ -1,6 +1,10 @@
 // The benchmark's Flink job: Kafka -> keyBy(key) -> 10 s tumbling event-time count -> Kafka,
 // exactly-once, with the output format of weir's window-count plugin. Runs in one local JVM
 // and never ends by itself: bench/run stops it once the expected output is visible.
+//
+// For bench/state, two system properties: -Dweir.bench.checkpoints=<dir> keeps state in
+// RocksDB with incremental checkpoints under <dir> (retained when the job is killed), and
+// -Dweir.bench.restore=<dir>/<job id>/chk-<n> starts from such a checkpoint.
 package weir.bench;
 
 import java.nio.charset.StandardCharsets;
@@ -12,6 +16,11 @@ import org.apache.flink.api.common.functions.AggregateFunction;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.tuple.Tuple2;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.ExternalizedCheckpointRetention;
+import org.apache.flink.configuration.StateBackendOptions;
+import org.apache.flink.configuration.StateRecoveryOptions;
 import org.apache.flink.connector.base.DeliveryGuarantee;
 import org.apache.flink.connector.kafka.sink.KafkaRecordSerializationSchema;
 import org.apache.flink.connector.kafka.sink.KafkaSink;
@@ -38,7 +47,7 @@ public final class WindowCount {
         long checkpointMs = Long.parseLong(args[5]);
         long windowMs = args.length == 7 ? Long.parseLong(args[6]) : 10_000;
 
-        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(stateConfig());
         env.setParallelism(parallelism);
         env.enableCheckpointing(checkpointMs);
 
@@ -68,6 +77,24 @@ public final class WindowCount {
                 .aggregate(new Count(), new Format())
                 .sinkTo(sink);
         env.execute(name);
+    }
+
+    /** RocksDB with incremental checkpoints, and where to restore from, as the properties ask. */
+    static Configuration stateConfig() {
+        Configuration config = new Configuration();
+        String checkpoints = System.getProperty("weir.bench.checkpoints");
+        if (checkpoints != null) {
+            config.set(StateBackendOptions.STATE_BACKEND, "rocksdb");
+            config.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
+            config.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, "file://" + checkpoints);
+            config.set(CheckpointingOptions.EXTERNALIZED_CHECKPOINT_RETENTION,
+                    ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION);
+        }
+        String restore = System.getProperty("weir.bench.restore");
+        if (restore != null) {
+            config.set(StateRecoveryOptions.SAVEPOINT_PATH, restore);
+        }
+        return config;
     }
 
     /** The record key as a string; the value is not needed to count. */
