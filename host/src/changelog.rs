@@ -489,8 +489,9 @@ fn client_config(job: &Job) -> ClientConfig {
     source::config::client_config(&job.sink.brokers, &job.name, &job.source.kafka)
 }
 
-/// Reads where changelog partitions end, after a checkpoint's commit: the offsets the
-/// store records with the checkpoint's state, from which recovery replays the tail.
+/// Reads where changelog partitions end, just before a checkpoint's commit and on a
+/// fresh start: the offsets the store records with its state, from which recovery
+/// replays the tail.
 pub(crate) struct Ends {
     consumer: BaseConsumer,
     topic: String,
@@ -498,8 +499,8 @@ pub(crate) struct Ends {
 
 impl Ends {
     pub(crate) fn new(job: &Job) -> Result<Ends, TaskFailure> {
-        // Uncommitted records count: the checkpoint's own, whose commit markers may not
-        // be written yet, come before any of the next checkpoint's.
+        // Uncommitted records count: the checkpoint's own, not yet committed when this
+        // reads, come before any of the next checkpoint's.
         let consumer = client_config(job)
             .set("isolation.level", "read_uncommitted")
             .create()

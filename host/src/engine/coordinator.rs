@@ -40,12 +40,11 @@ pub(super) struct Coordinator<'a> {
     pub(super) committed: Sender<u64>,
     /// Checkpoints committed, for the folder to fold into the store's state.
     pub(super) folds: Sender<Fold>,
-    /// The folder's word that it has folded a checkpoint.
-    pub(super) folded: Receiver<u64>,
-    /// The checkpoint handed to the folder and not yet folded, when checkpoints wait for
+    /// The folder's word that it has folded a checkpoint, when checkpoints wait for
     /// folds (at-least-once: see `await_fold`).
+    pub(super) folded: Option<Receiver<u64>>,
+    /// The checkpoint handed to the folder and not yet folded, when checkpoints wait.
     pub(super) fold_in_flight: Option<u64>,
-    pub(super) await_folds: bool,
     /// Reads where the changelog's partitions end.
     pub(super) changelog_ends: changelog::Ends,
     /// Per changelog partition, an offset at or before the first record of the next
@@ -184,7 +183,7 @@ impl Coordinator<'_> {
             changes.iter().map(StateChanges::size).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
         let fold = Fold { n, changes, positions: self.positions.clone() };
         self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
-        self.fold_in_flight = self.await_folds.then_some(n);
+        self.fold_in_flight = self.folded.is_some().then_some(n);
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
@@ -207,9 +206,9 @@ impl Coordinator<'_> {
     /// changelog shows before their commit (read_committed hides them from an
     /// exactly-once replay). A task failure ends the wait.
     fn await_fold(&mut self) -> Result<(), TaskFailure> {
-        let Some(n) = self.fold_in_flight.take() else { return Ok(()) };
+        let (Some(n), Some(folded)) = (self.fold_in_flight.take(), &self.folded) else { return Ok(()) };
         crossbeam_channel::select! {
-            recv(self.folded) -> folded => match folded {
+            recv(folded) -> folded => match folded {
                 Ok(m) => {
                     debug_assert_eq!(m, n, "the folder folded {m} while {n} was in flight");
                     Ok(())

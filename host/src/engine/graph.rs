@@ -68,9 +68,13 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
         handles.push(spawn_task(scope, "sink".to_string(), what, events_tx.clone(), move || sink_task.run()));
         let (folds_tx, folds_rx) = bounded::<Fold>(1);
         // At-least-once checkpoints wait for the previous fold (Coordinator::await_fold).
-        let await_folds = job.sink.delivery == job::Delivery::AtLeastOnce;
-        let (folded_tx, folded_rx) = bounded::<u64>(1);
-        let folded_tx = await_folds.then_some(folded_tx);
+        let (folded_tx, folded_rx) = match job.sink.delivery {
+            job::Delivery::AtLeastOnce => {
+                let (tx, rx) = bounded::<u64>(1);
+                (Some(tx), Some(rx))
+            }
+            job::Delivery::ExactlyOnce => (None, None),
+        };
         let store = &engine.store;
         let what = "the state folder".to_string();
         handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx, folded_tx.as_ref())));
@@ -87,7 +91,6 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
             folds: folds_tx,
             folded: folded_rx,
             fold_in_flight: None,
-            await_folds,
             changelog_ends: changelog::Ends::new(job)?,
             positions,
             expected_states: parallelism * (stages + 1),

@@ -204,9 +204,8 @@ impl OperatorTask<'_> {
         self.write_changes(&changes)?;
         let bytes = layout::encode_operator(self.watermark);
         let task = TaskId::Operator { stage: self.stage, subtask: self.subtask };
-        let changes = self.owned.is_some().then_some(changes);
         self.events
-            .send(Event::State { n, task, bytes, offsets: None, changes })
+            .send(Event::State { n, task, bytes, offsets: None, changes: Some(changes) })
             .map_err(|_| TaskFailure::Stopped)?;
         for target in 0..self.outputs.len() {
             self.send(target, Message::Barrier(n))?;

@@ -59,27 +59,18 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let (snapshot, positions) = match resume.checkpoint {
         Some(n) => {
             let (snapshot, positions) = load(job, store, n, &resume.offsets)?;
-            (Some(snapshot), positions)
+            (Some(snapshot), Some(positions))
         }
-        None => {
-            store.clear()?;
-            (None, BTreeMap::new())
-        }
+        None => (None, None),
     };
     let committed = resume.checkpoint.unwrap_or(0);
     fault::point(Step::DuringRecovery, committed);
 
     let key_groups = key_groups(job, partitions.len(), snapshot.as_ref())?;
     changelog::prepare(job, key_groups, resume.checkpoint)?;
-    let positions = match snapshot {
-        Some(_) => positions,
-        // A fresh start records where the changelog ends, so that a replay never reads
-        // what an earlier run of the job left in it (at-least-once keeps that).
-        None => {
-            let ends = changelog::Ends::new(job)?.all(key_groups.count())?;
-            store.mark_state(0, &ends)?;
-            ends
-        }
+    let positions = match positions {
+        Some(positions) => positions,
+        None => start_fresh(job, store, key_groups)?,
     };
     let sources = start_offsets(job, &resume_consumer, &partitions, &resume, snapshot.as_ref())?;
     let operators = instances(job, plugins, metrics, store, snapshot.as_ref(), key_groups)?;
@@ -89,6 +80,16 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         key_groups = key_groups.count(), "recovered; running"
     );
     Ok(Recovered { sink, sources, operators, next: committed + 1, key_groups, positions })
+}
+
+/// A fresh start: deletes every checkpoint and all keyed state, and records where the
+/// changelog ends, so that a replay never reads what an earlier run of the job left in
+/// it (an at-least-once job keeps that). Returns those ends.
+fn start_fresh(job: &Job, store: &CheckpointStore, key_groups: KeyGroups) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+    store.clear()?;
+    let ends = changelog::Ends::new(job)?.all(key_groups.count())?;
+    store.mark_state(0, &ends)?;
+    Ok(ends)
 }
 
 /// What a checkpoint of this job records about it.
@@ -170,15 +171,22 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
             other => return other.map(|snapshot| (snapshot, base.positions.unwrap_or_default())),
         }
     }
-    if job.sink.delivery == job::Delivery::AtLeastOnce && matches!(store.load(n), Err(StoreError::Missing { .. })) {
-        return Err(TaskFailure::Incompatible(format!(
-            "checkpoint {n} is not in the state_dir {}, and an at-least-once job cannot rebuild it from its \
-             changelog, which it writes outside transactions (the changelog may hold more or less than \
-             checkpoint {n}); restore the state_dir, or start over deliberately with empty state by deleting \
-             consumer group `{}`",
-            store.dir().display(),
-            job.name
-        )));
+    if job.sink.delivery == job::Delivery::AtLeastOnce {
+        // Its checkpoint entry must be here: the changelog's last checkpoint record may be
+        // a later one, written outside a transaction.
+        let snapshot = checkpoint_here(job, store, n, committed).map_err(|error| match error {
+            TaskFailure::Store(StoreError::Missing { .. }) => TaskFailure::Incompatible(format!(
+                "checkpoint {n} is not in the state_dir {}, and an at-least-once job cannot rebuild it from its \
+                 changelog, which it writes outside transactions (the changelog may hold more or less than \
+                 checkpoint {n}); restore the state_dir, or start over deliberately with empty state by deleting \
+                 consumer group `{}`",
+                store.dir().display(),
+                job.name
+            )),
+            other => other,
+        })?;
+        changelog::catch_up(job, store, n, &base)?;
+        return Ok((snapshot, store.state_base()?.positions.unwrap_or_default()));
     }
     changelog::catch_up(job, store, n, &base)?;
     let snapshot = checkpoint_here(job, store, n, committed)?;
