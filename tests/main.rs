@@ -17,6 +17,7 @@ mod engine_broker_restart;
 mod engine_exactly_once;
 mod engine_failures;
 mod job_file;
+mod operator_c_go;
 mod operator_cli;
 mod operator_faults;
 mod operator_languages;

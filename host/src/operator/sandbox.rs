@@ -153,9 +153,12 @@ fn ready_now(mut store: StoreContextMut<'_, HostState>) -> wasmtime::Result<Reso
     wasmtime_wasi::p2::subscribe(table, elapsed)
 }
 
-/// The wall clock reads the epoch and the monotonic clock 0, forever: a plugin
-/// gets event time from records, never from the machine, so replays match.
+/// The wall clock reads the epoch and the monotonic clock one second, forever: a
+/// plugin gets event time from records, never from the machine, so replays match.
+/// (Not zero: Go's runtime refuses to start on a monotonic clock that reads 0.)
 struct FrozenClock;
+
+const FROZEN_MONOTONIC_NS: u64 = 1_000_000_000;
 
 impl HostWallClock for FrozenClock {
     fn resolution(&self) -> Duration {
@@ -173,6 +176,6 @@ impl HostMonotonicClock for FrozenClock {
     }
 
     fn now(&self) -> u64 {
-        0
+        FROZEN_MONOTONIC_NS
     }
 }

@@ -1,0 +1,229 @@
+//! Room for the WASI adapter in a Go module.
+//!
+//! The preview 1 adapter keeps its state and a 64 KiB stack in the main module's
+//! memory, allocated on its first call through the module's `cabi_realloc`, or with
+//! `memory.grow`. Neither works for a module built by the standard Go toolchain: its
+//! runtime makes WASI calls on its system stack, where calling back into Go's
+//! `cabi_realloc` aborts (`badsystemstack`), and it treats all memory past its data
+//! as its own heap, so a page grown by someone else is later handed out twice.
+//!
+//! So a Go module reserves the room itself: a global byte array that starts with
+//! [`MARKER`] (see plugins/go-window-count/abi.go). The array lies in the module's
+//! data, below the heap, and Go never writes it. This module finds it and adds a
+//! `cabi_realloc_adapter` export that hands out its bytes, which the adapter then
+//! uses instead of `cabi_realloc`.
+
+use anyhow::{Context, Result, bail};
+use wasm_encoder::{Encode, Instruction, ValType};
+use wasmparser::{DataKind, Operator, Parser, Payload};
+
+/// What a reserved array starts with (the zeros after it are in no data segment: Go's
+/// linker leaves them out).
+pub(crate) const MARKER: &[u8] = b"weir-guest adapter arena, 256 KiB";
+/// Its size, marker included.
+const ARENA_BYTES: u32 = 256 << 10;
+
+/// Where the reserved array lies in linear memory, if the module has one.
+fn find_arena(module: &[u8]) -> Result<Option<u32>> {
+    for payload in Parser::new(0).parse_all(module) {
+        let Payload::DataSection(reader) = payload? else { continue };
+        for data in reader {
+            let data = data?;
+            let DataKind::Active { offset_expr, .. } = data.kind else { continue };
+            let Some(at) = data.data.windows(MARKER.len()).position(|w| w == MARKER) else {
+                continue;
+            };
+            let mut offset = offset_expr.get_operators_reader();
+            let Operator::I32Const { value } = offset.read()? else {
+                bail!("the data segment holding the adapter arena has no constant address");
+            };
+            return Ok(Some(value as u32 + at as u32));
+        }
+    }
+    Ok(None)
+}
+
+/// Adds `cabi_realloc_adapter` (a bump allocator over the reserved array) to a module
+/// that reserves one; returns the module unchanged otherwise.
+pub(crate) fn add_adapter_realloc(module: Vec<u8>) -> Result<Vec<u8>> {
+    let Some(arena) = find_arena(&module)? else { return Ok(module) };
+    let start = (arena + MARKER.len() as u32).next_multiple_of(16);
+    let end = arena + ARENA_BYTES;
+
+    let mut sections = Sections::read(&module)?;
+    let type_index = sections.append(TYPE, realloc_type())?;
+    let global_index = sections.append(GLOBAL, bump_global(start))?;
+    let function_index = sections.imported_functions + sections.count(FUNCTION)?;
+    sections.append(FUNCTION, leb(type_index))?;
+    sections.append(CODE, realloc_body(global_index, end))?;
+    let mut export = Vec::new();
+    "cabi_realloc_adapter".encode(&mut export);
+    export.push(0x00); // a function
+    export.extend(leb(function_index));
+    sections.append(EXPORT, export)?;
+    Ok(sections.write())
+}
+
+const TYPE: u8 = 1;
+const FUNCTION: u8 = 3;
+const GLOBAL: u8 = 6;
+const EXPORT: u8 = 7;
+const CODE: u8 = 10;
+
+fn leb(value: u32) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    value.encode(&mut bytes);
+    bytes
+}
+
+/// `(func (param i32 i32 i32 i32) (result i32))`
+fn realloc_type() -> Vec<u8> {
+    let mut bytes = vec![0x60, 4];
+    bytes.extend([0x7f; 4]);
+    bytes.extend([1, 0x7f]);
+    bytes
+}
+
+/// `(global (mut i32) (i32.const start))`: the next free byte of the arena.
+fn bump_global(start: u32) -> Vec<u8> {
+    let mut bytes = vec![0x7f, 0x01];
+    Instruction::I32Const(start as i32).encode(&mut bytes);
+    Instruction::End.encode(&mut bytes);
+    bytes
+}
+
+/// `cabi_realloc_adapter(old, old_size, align, new_size)`: the next `new_size` bytes
+/// at `align`, with the old allocation's bytes copied in; traps when the arena is
+/// spent.
+fn realloc_body(bump: u32, end: u32) -> Vec<u8> {
+    let (old, old_size, align, new_size, at) = (0, 1, 2, 3, 4);
+    let mut function = wasm_encoder::Function::new([(1, ValType::I32)]);
+    let code = [
+        // at = (bump + align - 1) & -align
+        Instruction::GlobalGet(bump),
+        Instruction::LocalGet(align),
+        Instruction::I32Add,
+        Instruction::I32Const(1),
+        Instruction::I32Sub,
+        Instruction::I32Const(0),
+        Instruction::LocalGet(align),
+        Instruction::I32Sub,
+        Instruction::I32And,
+        Instruction::LocalSet(at),
+        // if at + new_size > end (or wraps): trap
+        Instruction::LocalGet(at),
+        Instruction::LocalGet(new_size),
+        Instruction::I32Add,
+        Instruction::GlobalSet(bump),
+        Instruction::GlobalGet(bump),
+        Instruction::I32Const(end as i32),
+        Instruction::I32GtU,
+        Instruction::GlobalGet(bump),
+        Instruction::LocalGet(at),
+        Instruction::I32LtU,
+        Instruction::I32Or,
+        Instruction::If(wasm_encoder::BlockType::Empty),
+        Instruction::Unreachable,
+        Instruction::End,
+        // if old != 0: copy old_size bytes
+        Instruction::LocalGet(old),
+        Instruction::If(wasm_encoder::BlockType::Empty),
+        Instruction::LocalGet(at),
+        Instruction::LocalGet(old),
+        Instruction::LocalGet(old_size),
+        Instruction::MemoryCopy { src_mem: 0, dst_mem: 0 },
+        Instruction::End,
+        Instruction::LocalGet(at),
+        Instruction::End,
+    ];
+    for instruction in &code {
+        function.instruction(instruction);
+    }
+    let mut bytes = Vec::new();
+    function.encode(&mut bytes);
+    bytes
+}
+
+/// A module's sections as byte ranges, with items to append to vector sections.
+struct Sections {
+    /// (id, range of the section's contents in the module)
+    ranges: Vec<(u8, std::ops::Range<usize>)>,
+    /// (id, items appended)
+    appended: Vec<(u8, Vec<Vec<u8>>)>,
+    imported_functions: u32,
+    module: Vec<u8>,
+}
+
+impl Sections {
+    fn read(module: &[u8]) -> Result<Self> {
+        let mut ranges = Vec::new();
+        let mut imported_functions = 0;
+        for payload in Parser::new(0).parse_all(module) {
+            let payload = payload?;
+            if let Payload::ImportSection(reader) = &payload {
+                for import in reader.clone().into_imports() {
+                    if matches!(import?.ty, wasmparser::TypeRef::Func(_)) {
+                        imported_functions += 1;
+                    }
+                }
+            }
+            if let Some((id, range)) = payload.as_section() {
+                ranges.push((id, range.start as usize..range.end as usize));
+            }
+        }
+        Ok(Self { ranges, appended: Vec::new(), imported_functions, module: module.to_vec() })
+    }
+
+    fn contents(&self, id: u8) -> Result<&[u8]> {
+        let (_, range) = self
+            .ranges
+            .iter()
+            .find(|(section, _)| *section == id)
+            .with_context(|| format!("the module has no section {id}, which a Go module has"))?;
+        Ok(&self.module[range.clone()])
+    }
+
+    /// How many items section `id` holds before anything is appended.
+    fn count(&self, id: u8) -> Result<u32> {
+        let mut reader = wasmparser::BinaryReader::new(self.contents(id)?, 0);
+        Ok(reader.read_var_u32()?)
+    }
+
+    /// Appends `item` to vector section `id`; returns its index.
+    fn append(&mut self, id: u8, item: Vec<u8>) -> Result<u32> {
+        let index = self.count(id)?;
+        match self.appended.iter_mut().find(|(section, _)| *section == id) {
+            Some((_, items)) => {
+                items.push(item);
+                Ok(index + items.len() as u32 - 1)
+            }
+            None => {
+                self.appended.push((id, vec![item]));
+                Ok(index)
+            }
+        }
+    }
+
+    fn write(&self) -> Vec<u8> {
+        let module = &self.module;
+        let mut out = module[..8].to_vec();
+        for (id, range) in &self.ranges {
+            let contents = &module[range.clone()];
+            let section = match self.appended.iter().find(|(section, _)| section == id) {
+                None => contents.to_vec(),
+                Some((_, items)) => {
+                    let mut reader = wasmparser::BinaryReader::new(contents, 0);
+                    let count = reader.read_var_u32().expect("counted before");
+                    let mut section = leb(count + items.len() as u32);
+                    section.extend(&contents[reader.current_position()..]);
+                    items.iter().for_each(|item| section.extend(item));
+                    section
+                }
+            };
+            out.push(*id);
+            out.extend(leb(section.len() as u32));
+            out.extend(section);
+        }
+        out
+    }
+}

@@ -1,0 +1,3 @@
+module weir.example/go-window-count
+
+go 1.24
