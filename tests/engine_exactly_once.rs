@@ -232,6 +232,43 @@ fn produce_while_killing(topic: &str, seed: u64) -> std::thread::JoinHandle<Vec<
     produce_paced(topic, seed, 40)
 }
 
+/// The C or Go window count in a real job, SIGKILLed once after a few checkpoints and
+/// restarted without its state_dir (its state comes back from the changelog alone),
+/// then at random moments while input arrives: the committed output is exact.
+fn port_survives_sigkill(plugin: &str) {
+    let job = job::job_dir(plugin);
+    topics(&job);
+    job.window_count_in(plugin, 2, 100, WINDOW_MS as u64, "");
+    let producer = produce_paced(&job.input, 11, 10);
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    job::wait_for_more(&log, "checkpoint committed", 3, Duration::from_secs(60));
+    job::kill(&mut child);
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    let mut child = job::start(&job.path(), &log, &[]);
+    job::wait_for_log(&log, "restored keyed state", Duration::from_secs(60));
+    job::kill(&mut child);
+    kill_at_random_moments(&job, &log, 4, crash_seed(), true);
+    let input = producer.join().expect("producer thread");
+    let mut child = job::start(&job.path(), &log, &[]);
+    stop_and_compare(&job, &mut child, &input, &log);
+    let text = job::read_log(&log);
+    assert!(text.contains("rebuilding keyed state from the whole changelog"), "no rebuild without the state_dir:\n{text}");
+    let restored = text.lines().find(|line| line.contains("restored keyed state")).expect("restored");
+    assert!(!restored.contains("entries=0"), "the first restore found no state: {restored}");
+    eprintln!("{plugin}: {restored}");
+}
+
+#[test]
+fn c_window_count_survives_sigkill_and_a_lost_state_dir() {
+    port_survives_sigkill("c-window-count");
+}
+
+#[test]
+fn go_window_count_survives_sigkill_and_a_lost_state_dir() {
+    port_survives_sigkill("go-window-count");
+}
+
 #[test]
 #[cfg_attr(not(feature = "fault-injection"), ignore = "needs WEIR_FAULT: build with --features fault-injection, as scripts/test does")]
 fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {

@@ -21,7 +21,8 @@ fn check(plugin: &Path, args: &[&str]) -> Output {
         .expect("run weir check")
 }
 
-fn assert_passes(name: &str, args: &[&str]) {
+/// Passes; returns what it printed.
+fn assert_passes(name: &str, args: &[&str]) -> String {
     let path = plugin_path(name);
     let out = check(&path, args);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -38,6 +39,7 @@ fn assert_passes(name: &str, args: &[&str]) {
         )),
         "{stdout}"
     );
+    stdout.into_owned()
 }
 
 /// Fails non-zero with exactly one `error:` line, which names the file and
@@ -96,6 +98,9 @@ fn every_example_plugin_passes() {
             r#"{"kind":"click"}"#,
         ],
     );
+    for port in ["c-window-count", "go-window-count"] {
+        assert_passes(port, &["--config", "window_ms=1000", "--record", "k=x@5"]);
+    }
     assert_passes(
         "js-enrich",
         &[
@@ -105,6 +110,75 @@ fn every_example_plugin_passes() {
             r#"{"a":1}"#,
         ],
     );
+}
+
+#[test]
+fn keyed_records_run_and_a_saved_snapshot_restores_in_every_window_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = |name: &str| dir.path().join(format!("{name}.json")).display().to_string();
+    for name in ["window-count", "c-window-count", "go-window-count"] {
+        let saved = snapshot(name);
+        let first = assert_passes(
+            name,
+            &[
+                "--config", "window_ms=1000",
+                "--record", "a=x@100", "--record", "b=y@200", "--record", "a=z@1500",
+                "--watermark", "1000", "--save-snapshot", &saved,
+            ],
+        );
+        for line in [
+            r#"on-watermark emitted: key "a" value "{\"key\":\"a\",\"window_start\":0,\"window_end\":1000,\"count\":1}" @999"#,
+            r#"on-watermark emitted: key "b" value "{\"key\":\"b\",\"window_start\":0,\"window_end\":1000,\"count\":1}" @999"#,
+            "saved:    1 entries at watermark 1000",
+        ] {
+            assert!(first.contains(line), "{name}: no `{line}` in\n{first}");
+        }
+        // The restored window [1000, 2000) holds a's record at 1500: one more makes 2.
+        let second = assert_passes(
+            name,
+            &["--config", "window_ms=1000", "--restore", &saved, "--record", "a=w@1600"],
+        );
+        for line in [
+            "restore:  1 entries at watermark 1000",
+            r#"on-watermark emitted: key "a" value "{\"key\":\"a\",\"window_start\":1000,\"window_end\":2000,\"count\":2}" @1999"#,
+        ] {
+            assert!(second.contains(line), "{name}: no `{line}` in\n{second}");
+        }
+    }
+    // Another plugin's state is refused by the plugin, naming what it expected.
+    assert_fails(
+        &plugin_path("c-window-count"),
+        &["--config", "window_ms=1000", "--restore", &snapshot("window-count")],
+        "restore returned an error: c-window-count",
+    );
+
+    // A records file: keyed JSON values, an object passed as compact JSON.
+    let records = dir.path().join("records.jsonl");
+    std::fs::write(
+        &records,
+        "{\"key\":\"u1\",\"value\":{\"amount\":5},\"timestamp\":10}\n\n{\"key\":\"u1\",\"value\":\"{\\\"amount\\\":2}\"}\n",
+    )
+    .unwrap();
+    let totals = assert_passes(
+        "py-total",
+        &["--config", "field=amount", "--records-file", records.to_str().unwrap()],
+    );
+    assert!(totals.contains(r#"process emitted: key "u1" value "{\"key\":\"u1\",\"total\":7}" @1"#), "{totals}");
+
+    // Files that are not what they should be: an error naming the file and the line.
+    std::fs::write(&records, "{\"key\":\"u1\"}\n").unwrap();
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "not json").unwrap();
+    for (args, expected) in [
+        (["--records-file", records.to_str().unwrap()], "line 1 of the records file"),
+        (["--restore", broken.to_str().unwrap()], "broken.json is not a snapshot"),
+    ] {
+        let mut all = vec!["--config", "field=amount"];
+        all.extend(args);
+        let out = check(&plugin_path("py-total"), &all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(expected), "{stderr}");
+    }
 }
 
 #[test]

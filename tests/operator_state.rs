@@ -102,7 +102,10 @@ fn window_count_snapshot_and_restore_continue_exactly() {
         Step::Process(batch(&[(Some("c"), "x", 2_600)])),
         Step::Watermark(5_000),
     ];
-    assert_snapshot_is_transparent("window-count", &[("window_ms", "1000")], &first, &second);
+    // And its ports to C and Go.
+    for plugin in ["window-count", "c-window-count", "go-window-count"] {
+        assert_snapshot_is_transparent(plugin, &[("window_ms", "1000")], &first, &second);
+    }
 }
 
 #[test]

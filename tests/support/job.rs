@@ -38,8 +38,13 @@ impl JobDir {
 
     /// A window-count job from `input` to `output`.
     pub fn window_count(&self, parallelism: u32, checkpoint_interval_ms: u64, window_ms: u64, sink_extra: &str) {
+        self.window_count_in("window-count", parallelism, checkpoint_interval_ms, window_ms, sink_extra);
+    }
+
+    /// A window-count job with `plugin`, one of window-count's ports to other languages.
+    pub fn window_count_in(&self, plugin: &str, parallelism: u32, checkpoint_interval_ms: u64, window_ms: u64, sink_extra: &str) {
         let config = format!("[operators.config]\nwindow_ms = \"{window_ms}\"\n");
-        let plugin = super::plugin("window-count");
+        let plugin = super::plugin(plugin);
         self.one_operator(parallelism, checkpoint_interval_ms, ("count", &plugin, true), &config, sink_extra);
     }
 

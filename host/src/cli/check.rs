@@ -1,8 +1,11 @@
 //! `weir check <plugin.wasm>`: proves a plugin can run here before a job uses it.
 //! It loads and validates the component, instantiates it under the limits it
-//! would get, runs `init` with the given config and then every other export once.
+//! would get, runs `init` with the given config and then every other export once:
+//! on the records given (keyed, with event times), after restoring a saved snapshot
+//! if asked, and saving the state it ends with if asked, so that an author can try a
+//! keyed operator's main path and its restore without Kafka.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -14,8 +17,14 @@ use weir::operator::{
 };
 use weir::state::StateChunk;
 
+use super::snapshot_file::{self, Image};
+
 /// The data bytes asked for per `snapshot` call.
 const CHECK_CHUNK_BYTES: u32 = 4 << 20;
+/// Entries per `restore` call.
+const RESTORE_CHUNK_ENTRIES: usize = 1024;
+/// Output records printed per call; the rest are counted.
+const PRINTED_RECORDS: usize = 20;
 
 #[derive(Args)]
 pub(super) struct CheckArgs {
@@ -53,14 +62,41 @@ pub(super) struct CheckArgs {
     /// A config entry for `init` (`key=value`, repeatable), as the job file would give.
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
     config: Vec<(String, String)>,
-    /// A record value (repeatable) for the `process` call; without any, an empty
-    /// batch is processed.
-    #[arg(long = "record", value_name = "VALUE")]
-    records: Vec<String>,
+    /// A record for the `process` call (repeatable): `VALUE` (no key) or
+    /// `KEY=VALUE`, either optionally ending in `@TIMESTAMP` (epoch ms; default: the
+    /// record's position, 0, 1, ...). A value holding `=` or ending in `@` and digits
+    /// goes in --records-file. Without records, an empty batch is processed.
+    #[arg(long = "record", value_name = "[KEY=]VALUE[@TS]", value_parser = parse_record)]
+    records: Vec<InputRecord>,
+    /// A file of records for the `process` call, after the --record ones: one JSON
+    /// object per line, `{"key": "u1", "value": {"amount": 3}, "timestamp": 1000}`
+    /// (`key` optional; a `value` that is not a string is passed as compact JSON).
+    #[arg(long, value_name = "FILE")]
+    records_file: Option<PathBuf>,
+    /// Event time to advance to after the records (epoch ms); default: the end of
+    /// time, which completes every window.
+    #[arg(long, value_name = "TS", allow_negative_numbers = true)]
+    watermark: Option<i64>,
+    /// Restore this snapshot (written by --save-snapshot) into the instance first,
+    /// as a restart from a checkpoint would.
+    #[arg(long, value_name = "FILE")]
+    restore: Option<PathBuf>,
+    /// Write the state the instance ends with (the restored state plus the
+    /// snapshot round's changes) to this file, for a later --restore.
+    #[arg(long, value_name = "FILE")]
+    save_snapshot: Option<PathBuf>,
     /// Stop after validation and instantiation: do not call `init` or any export
     /// (for a plugin whose config is not at hand).
-    #[arg(long, conflicts_with_all = ["config", "records"])]
+    #[arg(long, conflicts_with_all = ["config", "records", "records_file", "restore", "save_snapshot", "watermark"])]
     no_init: bool,
+}
+
+/// One record for `process`.
+#[derive(Clone, Debug, PartialEq)]
+struct InputRecord {
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    timestamp: Option<i64>,
 }
 
 pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
@@ -101,24 +137,44 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
                 },
             )
         };
+        let mut records = args.records.clone();
+        if let Some(path) = &args.records_file {
+            records.extend(read_records_file(path)?);
+        }
         let mut instance = start()?;
         println!(
             "init:     ok with {entries} config entr{}",
             if entries == 1 { "y" } else { "ies" }
         );
-        let changes = exercise(&mut instance, &args.records)?;
-        // `restore` expects a freshly initialised instance, as after a restart, and takes
-        // only present keys: what a checkpoint holds once the round's removals are applied.
-        let mut kept = StateChunk::default();
-        for (key, value) in changes.iter() {
-            if let Some(value) = value {
-                kept.push(key, Some(value));
-            }
+        let mut image = Image::new();
+        let mut watermark = i64::MIN;
+        if let Some(path) = &args.restore {
+            (image, watermark) = snapshot_file::load(path)?;
+            restore(&mut instance, &image, watermark)?;
+            println!(
+                "restore:  {} entries at watermark {watermark} from {}: ok",
+                image.len(),
+                path.display()
+            );
         }
+        let to = args.watermark.unwrap_or(i64::MAX).max(watermark);
+        let changes = exercise(&mut instance, &records, to)?;
+        // What a checkpoint holds after this round: the restored state with the
+        // round's changes applied (removals delete).
+        for (key, value) in changes.iter() {
+            match value {
+                Some(value) => image.insert(key.to_vec(), value.to_vec()),
+                None => image.remove(key),
+            };
+        }
+        // A restart from that checkpoint: a freshly initialised instance restores it.
         let mut fresh = start()?;
-        fresh.restore(&kept)?;
-        fresh.restored(i64::MAX)?;
-        println!("restore:  ok into a fresh instance ({} entries)", kept.len());
+        restore(&mut fresh, &image, to)?;
+        println!("restore:  ok into a fresh instance ({} entries)", image.len());
+        if let Some(path) = &args.save_snapshot {
+            snapshot_file::save(path, &args.plugin, to, &image)?;
+            println!("saved:    {} entries at watermark {to} to {}", image.len(), path.display());
+        }
     }
     println!("ok: {} can run as a weir operator", plugin.path().display());
     Ok(())
@@ -163,16 +219,37 @@ fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
     }
 }
 
-/// Calls `process`, `on-watermark` and one `snapshot` round, in the order a job
-/// would, so that a plugin that loops, exhausts memory or traps fails here.
-/// Returns the round's state changes.
-fn exercise(instance: &mut OperatorInstance, records: &[String]) -> anyhow::Result<StateChunk> {
+/// Restores `image` into a fresh instance in chunks, as a restart would.
+fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) -> anyhow::Result<()> {
+    let entries: Vec<_> = image.iter().collect();
+    for part in entries.chunks(RESTORE_CHUNK_ENTRIES) {
+        let mut chunk = StateChunk::default();
+        for (key, value) in part {
+            chunk.push(key, Some(value));
+        }
+        instance.restore(&chunk)?;
+    }
+    instance.restored(watermark)?;
+    Ok(())
+}
+
+/// Calls `process`, `on-watermark` (to `watermark`) and one `snapshot` round, in
+/// the order a job would, so that a plugin that loops, exhausts memory or traps fails
+/// here; prints what the calls emit. Returns the round's state changes.
+fn exercise(
+    instance: &mut OperatorInstance,
+    records: &[InputRecord],
+    watermark: i64,
+) -> anyhow::Result<StateChunk> {
     let mut batch = Batch::new();
-    for (timestamp, value) in (0..).zip(records) {
-        batch.push(None, value.as_bytes(), timestamp, &[]);
+    for (position, record) in (0..).zip(records) {
+        let timestamp = record.timestamp.unwrap_or(position);
+        batch.push(record.key.as_deref(), &record.value, timestamp, &[]);
     }
     let processed = instance.process(&batch)?;
-    let fired = instance.on_watermark(i64::MAX)?;
+    print_records("process", &processed);
+    let fired = instance.on_watermark(watermark)?;
+    print_records("on-watermark", &fired);
     let mut changes = StateChunk::default();
     loop {
         let chunk = instance.snapshot(CHECK_CHUNK_BYTES)?;
@@ -193,6 +270,76 @@ fn exercise(instance: &mut OperatorInstance, records: &[String]) -> anyhow::Resu
         changes.data_len()
     );
     Ok(changes)
+}
+
+/// Prints the first records a call emitted, one line each.
+fn print_records(call: &str, batch: &Batch) {
+    for record in batch.iter().take(PRINTED_RECORDS) {
+        let key = match record.key {
+            Some(key) => format!("{:?}", String::from_utf8_lossy(key)),
+            None => "(none)".to_owned(),
+        };
+        println!(
+            "  {call} emitted: key {key} value {:?} @{}",
+            String::from_utf8_lossy(record.value),
+            record.timestamp
+        );
+    }
+    if batch.len() > PRINTED_RECORDS {
+        println!("  {call} emitted {} more", batch.len() - PRINTED_RECORDS);
+    }
+}
+
+/// `[KEY=]VALUE[@TS]`.
+fn parse_record(spec: &str) -> Result<InputRecord, String> {
+    let (rest, timestamp) = match spec.rsplit_once('@') {
+        Some((rest, ts)) if ts.parse::<i64>().is_ok() => (rest, ts.parse().ok()),
+        _ => (spec, None),
+    };
+    let (key, value) = match rest.split_once('=') {
+        Some((key, value)) => (Some(key.as_bytes().to_vec()), value),
+        None => (None, rest),
+    };
+    Ok(InputRecord {
+        key,
+        value: value.as_bytes().to_vec(),
+        timestamp,
+    })
+}
+
+/// One line of a --records-file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordLine {
+    key: Option<String>,
+    value: serde_json::Value,
+    timestamp: Option<i64>,
+}
+
+fn read_records_file(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the records file {}", path.display()))?;
+    let mut records = Vec::new();
+    for (at, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
+        let line: RecordLine = serde_json::from_str(line).with_context(|| {
+            format!(
+                "line {} of the records file {} is not a record: expected \
+                 {{\"key\": \"k\", \"value\": ..., \"timestamp\": 1000}} (key and timestamp optional)",
+                at + 1,
+                path.display()
+            )
+        })?;
+        let value = match line.value {
+            serde_json::Value::String(text) => text.into_bytes(),
+            other => other.to_string().into_bytes(),
+        };
+        records.push(InputRecord {
+            key: line.key.map(String::into_bytes),
+            value,
+            timestamp: line.timestamp,
+        });
+    }
+    Ok(records)
 }
 
 fn parse_config_entry(entry: &str) -> Result<(String, String), String> {
@@ -233,4 +380,30 @@ fn summarise_imports(imports: &[String]) -> String {
 
 fn mib(bytes: usize) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_parse_with_and_without_key_and_timestamp() {
+        let record = |key: Option<&str>, value: &str, timestamp| InputRecord {
+            key: key.map(|key| key.as_bytes().to_vec()),
+            value: value.as_bytes().to_vec(),
+            timestamp,
+        };
+        for (spec, expected) in [
+            ("x", record(None, "x", None)),
+            ("u1=x", record(Some("u1"), "x", None)),
+            ("u1=x@1500", record(Some("u1"), "x", Some(1500))),
+            ("x@-3", record(None, "x", Some(-3))),
+            ("=v", record(Some(""), "v", None)),
+            ("a=b=c", record(Some("a"), "b=c", None)),
+            ("k={\"amount\":3}@10", record(Some("k"), "{\"amount\":3}", Some(10))),
+            ("mail@example.com", record(None, "mail@example.com", None)),
+        ] {
+            assert_eq!(parse_record(spec).unwrap(), expected, "{spec}");
+        }
+    }
 }

@@ -3,6 +3,7 @@
 
 mod check;
 mod run;
+mod snapshot_file;
 
 use clap::{Parser, Subcommand};
 
