@@ -195,3 +195,27 @@ fn c_and_go_refuse_bad_config_and_state_they_cannot_restore() {
         }
     }
 }
+
+/// Go's collector must never run, nor pace its scavenger by the clock, while the host
+/// allocates a call's arguments (`cabi_realloc` may not call imports): thousands of
+/// large batches over many keys make collections start and end at every point of the
+/// call cycle.
+#[test]
+fn go_survives_collections_at_every_point_of_the_call_cycle() {
+    let mut op = new("go-window-count", "1000");
+    let value = vec![b'v'; 500];
+    let mut fired = 0;
+    for step in 0..1_200i64 {
+        let mut batch = Batch::new();
+        for i in 0..(200 + step % 300) {
+            let key = format!("key-{}", (step * 7919 + i * 104_729) % 50_000);
+            batch.push(Some(key.as_bytes()), &value, step * 10 + i % 10, &[]);
+        }
+        op.process(&batch).unwrap_or_else(|err| panic!("batch {step}: {err}"));
+        fired += op.on_watermark(step * 10 - 2_000).unwrap_or_else(|err| panic!("watermark {step}: {err}")).len();
+        if step % 50 == 0 {
+            changes(&mut op);
+        }
+    }
+    assert!(fired > 5_000, "{fired} windows fired");
+}

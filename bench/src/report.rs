@@ -28,6 +28,8 @@ fn label(system: &str) -> &str {
         "weir" => "weir window-count, exactly-once",
         "weir-100ms" => "weir window-count, exactly-once, checkpoints every 100 ms",
         "weir-alo" => "weir window-count, at-least-once",
+        "weir-c" => "weir c-window-count (C), exactly-once",
+        "weir-go" => "weir go-window-count (Go), exactly-once",
         "flink" => "Flink 2.2.1 window count, exactly-once",
         other => other,
     }

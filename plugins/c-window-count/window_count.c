@@ -23,7 +23,7 @@ typedef struct {
 
 static void *grow(void *ptr, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return ptr;
-  size_t cap2 = *cap ? *cap : 64;
+  size_t cap2 = *cap ? *cap : 4;
   while (cap2 < need) cap2 *= 2;
   void *grown = realloc(ptr, cap2 * elem);
   if (!grown) abort();  // out of the instance's memory limit: the host reports a trap

@@ -3,13 +3,14 @@
 // numbers and pointers; no generator targets it). The operator itself is in
 // operator.go and sees Go values only.
 //
-// Memory: the host writes each call's arguments into buffers it asks `cabi_realloc`
-// for. Go's garbage collector does not see addresses held by the host, so every such
-// buffer is kept in `arguments` until the call that reads it returns, and every
-// result the host copies out after a call is kept in `results` until the next call.
+// Memory: the host writes each call's arguments into room it asks `cabi_realloc`
+// for, valid until the call returns (an operator copies what it keeps). Go's garbage
+// collector does not see addresses held by the host, so that room stays reachable
+// (argumentArena, arguments) and every result the host copies out after a call is
+// kept in `results` until the next call.
 // The collector runs only inside exports: `cabi_realloc` runs where the component
 // model forbids calling imports, and a collection reads the clock (an import), so
-// between calls it is switched off.
+// between calls it is switched off (see endCall).
 
 package main
 
@@ -17,6 +18,7 @@ import (
 	"encoding/binary"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"unsafe"
 )
 
@@ -40,8 +42,14 @@ func init() {
 }
 
 var (
-	arguments [][]uint64
-	results   [][]uint64
+	// Arguments the host asked room for: in argumentArena, reused by every call, or,
+	// when a call needs more than it holds, in buffers of their own (and the arena
+	// grows at the end of that call, where allocating is allowed to collect).
+	argumentArena []uint64
+	arenaUsed     int // words of the arena handed out in this call
+	callNeeds     int // words asked for in this call
+	arguments     [][]uint64
+	results       [][]uint64
 	// The return area: a result's discriminant at 0, its payload from offset 4.
 	returnArea [8]uint32
 )
@@ -59,11 +67,19 @@ func cabiRealloc(old unsafe.Pointer, oldSize, align, newSize uint32) unsafe.Poin
 	if newSize == 0 {
 		return unsafe.Pointer(uintptr(align))
 	}
-	buffer := words(newSize)
+	n := int((newSize + 7) / 8)
+	callNeeds += n
+	var buffer []uint64
+	if arenaUsed+n <= len(argumentArena) {
+		buffer = argumentArena[arenaUsed : arenaUsed+n : arenaUsed+n]
+		arenaUsed += n
+	} else {
+		buffer = make([]uint64, n)
+		arguments = append(arguments, buffer)
+	}
 	if old != nil && oldSize > 0 {
 		copy(asBytes(buffer, newSize), unsafe.Slice((*byte)(old), min(oldSize, newSize)))
 	}
-	arguments = append(arguments, buffer)
 	return unsafe.Pointer(&buffer[0])
 }
 
@@ -83,10 +99,32 @@ func beginCall() {
 }
 
 // endCall releases the arguments the host allocated for this call and stops the
-// collector (it waits for a running collection to finish) until the next call.
+// collector until the next call. Switching it off waits for a running collection to
+// end; one that ends while switched off leaves the scavenger paced to the heap in
+// use, and the heap growing in cabi_realloc would then scavenge, reading the clock.
+// A full collection with the collector on restores the pacing of a normal cycle,
+// under which a switched-off collector never scavenges.
 func endCall() {
 	arguments = arguments[:0]
+	if callNeeds > len(argumentArena) {
+		argumentArena = make([]uint64, callNeeds+callNeeds/2)
+	}
+	arenaUsed, callNeeds = 0, 0
+	before := collections()
 	debug.SetGCPercent(-1)
+	if collections() != before {
+		debug.SetGCPercent(gcPercent)
+		runtime.GC()
+		debug.SetGCPercent(-1)
+	}
+}
+
+var cycles = []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+
+// collections is how many collections have ended.
+func collections() uint64 {
+	metrics.Read(cycles)
+	return cycles[0].Value.Uint64()
 }
 
 // keep hands bytes to the host: their address, valid until the next call.

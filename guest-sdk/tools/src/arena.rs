@@ -227,3 +227,82 @@ impl Sections {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasm_encoder::{
+        CodeSection, ConstExpr, DataSection, ExportKind, ExportSection, Function, FunctionSection,
+        GlobalSection, GlobalType, MemorySection, MemoryType, Module, TypeSection,
+    };
+
+    /// A module with one function, one global and, if `marker`, the reserved array at 4096.
+    fn module(marker: bool) -> Vec<u8> {
+        let mut module = Module::new();
+        let mut types = TypeSection::new();
+        types.ty().function([], [ValType::I32]);
+        module.section(&types);
+        let mut functions = FunctionSection::new();
+        functions.function(0);
+        module.section(&functions);
+        let mut memories = MemorySection::new();
+        memories.memory(MemoryType { minimum: 8, maximum: None, memory64: false, shared: false, page_size_log2: None });
+        module.section(&memories);
+        let mut globals = GlobalSection::new();
+        globals.global(GlobalType { val_type: ValType::I32, mutable: true, shared: false }, &ConstExpr::i32_const(0));
+        module.section(&globals);
+        let mut exports = ExportSection::new();
+        exports.export("memory", ExportKind::Memory, 0);
+        exports.export("answer", ExportKind::Func, 0);
+        module.section(&exports);
+        let mut code = CodeSection::new();
+        let mut answer = Function::new([]);
+        answer.instruction(&Instruction::I32Const(42));
+        answer.instruction(&Instruction::End);
+        code.function(&answer);
+        module.section(&code);
+        let mut data = DataSection::new();
+        let mut bytes = b"go data before it ".to_vec();
+        if marker {
+            bytes.extend(MARKER);
+        }
+        data.active(0, &ConstExpr::i32_const(4096 - 18), bytes);
+        module.section(&data);
+        module.finish()
+    }
+
+    #[test]
+    fn a_reserved_array_gets_a_valid_adapter_realloc_and_others_stay_as_they_are() {
+        let plain = module(false);
+        assert_eq!(add_adapter_realloc(plain.clone()).unwrap(), plain);
+
+        let grown = add_adapter_realloc(module(true)).unwrap();
+        wasmparser::Validator::new().validate_all(&grown).expect("the result validates");
+        let mut exports = Vec::new();
+        let mut bump_start = None;
+        for payload in Parser::new(0).parse_all(&grown) {
+            match payload.unwrap() {
+                Payload::ExportSection(reader) => {
+                    for export in reader {
+                        let export = export.unwrap();
+                        exports.push((export.name.to_owned(), export.index));
+                    }
+                }
+                Payload::GlobalSection(reader) => {
+                    let last = reader.into_iter().last().unwrap().unwrap();
+                    if let Ok(Operator::I32Const { value }) = last.init_expr.get_operators_reader().read() {
+                        bump_start = Some(value);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            exports,
+            [("memory".to_owned(), 0), ("answer".to_owned(), 0), ("cabi_realloc_adapter".to_owned(), 1)]
+        );
+        // The array starts at 4096 (after the segment's 18 other bytes); the first byte
+        // handed out is past the marker, 16-aligned.
+        assert_eq!(bump_start, Some(4096 + MARKER.len().next_multiple_of(16) as i32));
+    }
+}
