@@ -153,11 +153,14 @@ fn c_and_go_snapshot_rounds_hold_changed_keys_once_and_removals() {
 #[test]
 fn c_and_go_refuse_bad_config_and_state_they_cannot_restore() {
     for plugin in PORTS {
+        // Surrounding whitespace is ignored, as the Rust SDK does.
+        OperatorInstance::new(&load(plugin), Limits::default(), config(&[("window_ms", " 1000 ")]), plugin.into())
+            .unwrap_or_else(|err| panic!("{plugin}: {err}"));
         for (cfg, why) in [
             (vec![("window_ms", "0")], "window_ms"),
             (vec![("window_ms", "12x")], "window_ms"),
             (vec![("window_ms", "1000"), ("bogus", "1")], "unknown key `bogus`"),
-            (vec![], "lacks `window_ms`"),
+            (vec![], "`window_ms` is missing"),
         ] {
             let err = OperatorInstance::new(&load(plugin), Limits::default(), config(&cfg), plugin.into())
                 .err()
@@ -183,12 +186,15 @@ fn c_and_go_refuse_bad_config_and_state_they_cannot_restore() {
         let good_value = good.iter().next().unwrap().1.unwrap().to_vec();
         let mut bad_version = good_value.clone();
         bad_version[0] = 9;
+        let mut same_window_twice = good_value.clone();
+        same_window_twice.extend_from_slice(&good_value[9..]);
         for (bad, why) in [
             (other_size, "window_ms = 500"),
             (chunk(&[(b"k", None)]), "removals"),
             (chunk(&[(b"k", Some(&bad_version))]), "state version 1"),
             (chunk(&[(b"k", Some(&good_value[..12]))]), "12 bytes"),
-            (chunk(&[(b"k", Some(&good_value)), (b"k", Some(&good_value))]), "twice"),
+            (chunk(&[(b"k", Some(&good_value)), (b"k", Some(&good_value))]), "a key twice"),
+            (chunk(&[(b"k", Some(&same_window_twice))]), "a window twice"),
         ] {
             let err = new(plugin, "1000").restore(&bad).expect_err(why);
             assert!(err.to_string().contains(why), "{plugin}: {err}");

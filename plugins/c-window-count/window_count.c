@@ -4,6 +4,7 @@
 // plugins/README.md). Each key's state is its open windows; a snapshot returns the
 // keys changed since the last one. Ownership rules of the bindings: README.md.
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +25,11 @@ typedef struct {
 static void *grow(void *ptr, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return ptr;
   size_t cap2 = *cap ? *cap : 4;
-  while (cap2 < need) cap2 *= 2;
+  while (cap2 < need) {
+    if (cap2 > SIZE_MAX / 2) abort();  // beyond a 32-bit address space
+    cap2 *= 2;
+  }
+  if (cap2 > SIZE_MAX / elem) abort();
   void *grown = realloc(ptr, cap2 * elem);
   if (!grown) abort();  // out of the instance's memory limit: the host reports a trap
   *cap = cap2;
@@ -258,13 +263,18 @@ bool exports_operator_init(operator_list_tuple2_string_string_t *config, operato
       ok = fail(err, message);
       break;
     }
+    // Surrounding whitespace is ignored, as the Rust SDK does.
+    const uint8_t *digits = value->ptr;
+    size_t len = value->len;
+    while (len > 0 && isspace(digits[0])) digits++, len--;
+    while (len > 0 && isspace(digits[len - 1])) len--;
     char text[32] = {0};
     char *end = NULL;
-    if (value->len < sizeof text) memcpy(text, value->ptr, value->len);
+    if (len < sizeof text) memcpy(text, digits, len);
     errno = 0;
-    long long parsed = value->len < sizeof text ? strtoll(text, &end, 10) : 0;
-    if (value->len == 0 || value->len >= sizeof text || *end != 0 || errno != 0 || parsed <= 0 ||
-        parsed > MAX_WINDOW_MS) {
+    long long parsed = len < sizeof text ? strtoll(text, &end, 10) : 0;
+    if (len == 0 || len >= sizeof text || *end != 0 ||
+        errno != 0 || parsed <= 0 || parsed > MAX_WINDOW_MS) {
       snprintf(message, sizeof message,
                "operator config `window_ms` = `%.*s` is not a positive integer of milliseconds "
                "at most %lld, e.g. 60000",
@@ -279,8 +289,8 @@ bool exports_operator_init(operator_list_tuple2_string_string_t *config, operato
   // The arguments belong to the plugin: free them whatever the outcome.
   operator_list_tuple2_string_string_free(config);
   if (ok && !have_window) {
-    ok = fail(err, "operator config lacks `window_ms`: expected a positive integer of "
-                   "milliseconds, e.g. 60000");
+    ok = fail(err, "operator config `window_ms` is missing: set it to a positive integer of "
+                   "milliseconds, e.g. 60000, under [operators.config]");
   }
   return ok;
 }
@@ -292,7 +302,9 @@ bool exports_operator_process(operator_batch_t *batch, operator_batch_t *ret,
     const weir_operator_types_entry_t *e = &batch->entries.ptr[i];
     int64_t ts = e->timestamp;
     int64_t rem = ts % window_ms;
-    int64_t start = ts - (rem < 0 ? rem + window_ms : rem);
+    if (rem < 0) rem += window_ms;
+    // Unsigned: near INT64_MIN the start wraps (as Rust's does) instead of being undefined.
+    int64_t start = (int64_t)((uint64_t)ts - (uint64_t)rem);
     if (window_end(start) <= watermark) {  // its window has fired: late, dropped
       late_records++;
       continue;
@@ -473,7 +485,11 @@ static bool restore_entry(const uint8_t *key, size_t key_len, const uint8_t *val
   key_state_t *k = insert_key(key, key_len, hash);
   k->persisted = true;
   for (size_t at = 9; at < len; at += 16) {
-    *window_count(k, (int64_t)read_le64(value + at)) = read_le64(value + at + 8);
+    int64_t start = (int64_t)read_le64(value + at);
+    size_t before = k->n_windows;
+    uint64_t *count = window_count(k, start);
+    if (k->n_windows == before) return fail(err, "c-window-count restored a window twice");
+    *count = read_le64(value + at + 8);
   }
   return true;
 }

@@ -94,6 +94,7 @@ func view(ptr unsafe.Pointer, size uint32) []byte {
 // beginCall forgets the previous call's results (the host has copied them) and lets
 // the collector run.
 func beginCall() {
+	clear(results) // truncating alone would keep the buffers reachable
 	results = results[:0]
 	debug.SetGCPercent(gcPercent)
 }
@@ -105,6 +106,7 @@ func beginCall() {
 // A full collection with the collector on restores the pacing of a normal cycle,
 // under which a switched-off collector never scavenges.
 func endCall() {
+	clear(arguments)
 	arguments = arguments[:0]
 	if callNeeds > len(argumentArena) {
 		argumentArena = make([]uint64, callNeeds+callNeeds/2)

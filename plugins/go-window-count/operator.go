@@ -12,6 +12,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 const (
@@ -52,9 +53,10 @@ func (w *windowCount) Init(config map[string]string, names []string) error {
 	}
 	text, ok := config["window_ms"]
 	if !ok {
-		return fmt.Errorf("operator config lacks `window_ms`: expected a positive integer of milliseconds, e.g. 60000")
+		return fmt.Errorf("operator config `window_ms` is missing: set it to a positive integer of milliseconds, e.g. 60000, under [operators.config]")
 	}
-	ms, err := strconv.ParseInt(text, 10, 64)
+	// Surrounding whitespace is ignored, as the Rust SDK does.
+	ms, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
 	if err != nil || ms <= 0 || ms > maxWindowMs {
 		return fmt.Errorf("operator config `window_ms` = `%s` is not a positive integer of milliseconds at most %d, e.g. 60000", text, maxWindowMs)
 	}
@@ -201,6 +203,7 @@ func (w *windowCount) Snapshot(maxBytes uint32) ([]StateEntry, error) {
 				delete(w.keys, k.key)
 			}
 		}
+		clear(w.dirty) // no reference to a forgotten key stays behind
 		w.dirty, w.cursor = w.dirty[:0], 0
 	}
 	return changes, nil
@@ -224,7 +227,12 @@ func (w *windowCount) Restore(entries []StateEntry) error {
 		k := &keyState{key: string(entry.Key), persisted: true}
 		w.keys[k.key] = k
 		for at := 9; at < len(value); at += 16 {
-			*w.count(k, int64(binary.LittleEndian.Uint64(value[at:]))) = binary.LittleEndian.Uint64(value[at+8:])
+			before := len(k.windows)
+			count := w.count(k, int64(binary.LittleEndian.Uint64(value[at:])))
+			if len(k.windows) == before {
+				return fmt.Errorf("go-window-count restored a window twice")
+			}
+			*count = binary.LittleEndian.Uint64(value[at+8:])
 		}
 	}
 	return nil

@@ -23,24 +23,40 @@ pub(crate) const MARKER: &[u8] = b"weir-guest adapter arena, 256 KiB";
 /// Its size, marker included.
 const ARENA_BYTES: u32 = 256 << 10;
 
-/// Where the reserved array lies in linear memory, if the module has one.
+/// Where the reserved array lies in linear memory, if the module has one. Refuses an
+/// array that other data overlaps: one shorter than [`ARENA_BYTES`].
 fn find_arena(module: &[u8]) -> Result<Option<u32>> {
+    // (address, length) of every active segment with a constant address
+    let mut segments = Vec::new();
+    let mut arena = None;
     for payload in Parser::new(0).parse_all(module) {
         let Payload::DataSection(reader) = payload? else { continue };
         for data in reader {
             let data = data?;
             let DataKind::Active { offset_expr, .. } = data.kind else { continue };
-            let Some(at) = data.data.windows(MARKER.len()).position(|w| w == MARKER) else {
+            let Ok(Operator::I32Const { value }) = offset_expr.get_operators_reader().read() else {
                 continue;
             };
-            let mut offset = offset_expr.get_operators_reader();
-            let Operator::I32Const { value } = offset.read()? else {
-                bail!("the data segment holding the adapter arena has no constant address");
-            };
-            return Ok(Some(value as u32 + at as u32));
+            let address = value as u32 as u64;
+            segments.push((address, data.data.len() as u64));
+            if let Some(at) = data.data.windows(MARKER.len()).position(|w| w == MARKER) {
+                if arena.is_some() {
+                    bail!("the module holds the adapter arena's marker twice");
+                }
+                arena = Some(address + at as u64);
+            }
         }
     }
-    Ok(None)
+    let Some(start) = arena else { return Ok(None) };
+    let end = start + u64::from(ARENA_BYTES);
+    if let Some((address, _)) = segments.iter().find(|(address, len)| *address > start && *address < end && *len > 0) {
+        bail!(
+            "data at {address:#x} lies inside the adapter arena [{start:#x}, {end:#x}): the array \
+             that starts with the marker must be {ARENA_BYTES} bytes"
+        );
+    }
+    u32::try_from(end).context("the adapter arena ends beyond 4 GiB")?;
+    Ok(Some(start as u32))
 }
 
 /// Adds `cabi_realloc_adapter` (a bump allocator over the reserved array) to a module
@@ -51,8 +67,10 @@ pub(crate) fn add_adapter_realloc(module: Vec<u8>) -> Result<Vec<u8>> {
     let end = arena + ARENA_BYTES;
 
     let mut sections = Sections::read(&module)?;
-    let type_index = sections.append(TYPE, realloc_type())?;
-    let global_index = sections.append(GLOBAL, bump_global(start))?;
+    let type_index = sections.types;
+    sections.append(TYPE, realloc_type())?;
+    let global_index = sections.imported_globals + sections.count(GLOBAL)?;
+    sections.append(GLOBAL, bump_global(start))?;
     let function_index = sections.imported_functions + sections.count(FUNCTION)?;
     sections.append(FUNCTION, leb(type_index))?;
     sections.append(CODE, realloc_body(global_index, end))?;
@@ -93,8 +111,8 @@ fn bump_global(start: u32) -> Vec<u8> {
 }
 
 /// `cabi_realloc_adapter(old, old_size, align, new_size)`: the next `new_size` bytes
-/// at `align`, with the old allocation's bytes copied in; traps when the arena is
-/// spent.
+/// at `align`, with the old allocation's first bytes copied in; traps when the arena
+/// is spent.
 fn realloc_body(bump: u32, end: u32) -> Vec<u8> {
     let (old, old_size, align, new_size, at) = (0, 1, 2, 3, 4);
     let mut function = wasm_encoder::Function::new([(1, ValType::I32)]);
@@ -125,12 +143,17 @@ fn realloc_body(bump: u32, end: u32) -> Vec<u8> {
         Instruction::If(wasm_encoder::BlockType::Empty),
         Instruction::Unreachable,
         Instruction::End,
-        // if old != 0: copy old_size bytes
+        // if old != 0: copy min(old_size, new_size) bytes
         Instruction::LocalGet(old),
         Instruction::If(wasm_encoder::BlockType::Empty),
         Instruction::LocalGet(at),
         Instruction::LocalGet(old),
         Instruction::LocalGet(old_size),
+        Instruction::LocalGet(new_size),
+        Instruction::LocalGet(old_size),
+        Instruction::LocalGet(new_size),
+        Instruction::I32LtU,
+        Instruction::Select,
         Instruction::MemoryCopy { src_mem: 0, dst_mem: 0 },
         Instruction::End,
         Instruction::LocalGet(at),
@@ -151,27 +174,44 @@ struct Sections {
     /// (id, items appended)
     appended: Vec<(u8, Vec<Vec<u8>>)>,
     imported_functions: u32,
+    imported_globals: u32,
+    /// Types defined (a section entry is a recursion group of one or more).
+    types: u32,
     module: Vec<u8>,
 }
 
 impl Sections {
     fn read(module: &[u8]) -> Result<Self> {
         let mut ranges = Vec::new();
-        let mut imported_functions = 0;
+        let (mut imported_functions, mut imported_globals, mut types) = (0, 0, 0);
         for payload in Parser::new(0).parse_all(module) {
             let payload = payload?;
             if let Payload::ImportSection(reader) = &payload {
                 for import in reader.clone().into_imports() {
-                    if matches!(import?.ty, wasmparser::TypeRef::Func(_)) {
-                        imported_functions += 1;
+                    match import?.ty {
+                        wasmparser::TypeRef::Func(_) => imported_functions += 1,
+                        wasmparser::TypeRef::Global(_) => imported_globals += 1,
+                        _ => {}
                     }
+                }
+            }
+            if let Payload::TypeSection(reader) = &payload {
+                for group in reader.clone() {
+                    types += group?.types().len() as u32;
                 }
             }
             if let Some((id, range)) = payload.as_section() {
                 ranges.push((id, range.start as usize..range.end as usize));
             }
         }
-        Ok(Self { ranges, appended: Vec::new(), imported_functions, module: module.to_vec() })
+        Ok(Self {
+            ranges,
+            appended: Vec::new(),
+            imported_functions,
+            imported_globals,
+            types,
+            module: module.to_vec(),
+        })
     }
 
     fn contents(&self, id: u8) -> Result<&[u8]> {
@@ -189,19 +229,14 @@ impl Sections {
         Ok(reader.read_var_u32()?)
     }
 
-    /// Appends `item` to vector section `id`; returns its index.
-    fn append(&mut self, id: u8, item: Vec<u8>) -> Result<u32> {
-        let index = self.count(id)?;
+    /// Appends `item` to vector section `id`.
+    fn append(&mut self, id: u8, item: Vec<u8>) -> Result<()> {
+        self.count(id)?; // the section exists
         match self.appended.iter_mut().find(|(section, _)| *section == id) {
-            Some((_, items)) => {
-                items.push(item);
-                Ok(index + items.len() as u32 - 1)
-            }
-            None => {
-                self.appended.push((id, vec![item]));
-                Ok(index)
-            }
+            Some((_, items)) => items.push(item),
+            None => self.appended.push((id, vec![item])),
         }
+        Ok(())
     }
 
     fn write(&self) -> Vec<u8> {
@@ -236,8 +271,9 @@ mod tests {
         GlobalSection, GlobalType, MemorySection, MemoryType, Module, TypeSection,
     };
 
-    /// A module with one function, one global and, if `marker`, the reserved array at 4096.
-    fn module(marker: bool) -> Vec<u8> {
+    /// A module with one function, one global and, if `marker`, the reserved array at
+    /// 4096; `intruder`: other data 1000 bytes into it.
+    fn module(marker: bool, intruder: bool) -> Vec<u8> {
         let mut module = Module::new();
         let mut types = TypeSection::new();
         types.ty().function([], [ValType::I32]);
@@ -267,16 +303,21 @@ mod tests {
             bytes.extend(MARKER);
         }
         data.active(0, &ConstExpr::i32_const(4096 - 18), bytes);
+        if intruder {
+            data.active(0, &ConstExpr::i32_const(4096 + 1000), b"other".to_vec());
+        }
         module.section(&data);
         module.finish()
     }
 
     #[test]
     fn a_reserved_array_gets_a_valid_adapter_realloc_and_others_stay_as_they_are() {
-        let plain = module(false);
+        let plain = module(false, false);
         assert_eq!(add_adapter_realloc(plain.clone()).unwrap(), plain);
+        let short = add_adapter_realloc(module(true, true)).unwrap_err().to_string();
+        assert!(short.contains("inside the adapter arena"), "{short}");
 
-        let grown = add_adapter_realloc(module(true)).unwrap();
+        let grown = add_adapter_realloc(module(true, false)).unwrap();
         wasmparser::Validator::new().validate_all(&grown).expect("the result validates");
         let mut exports = Vec::new();
         let mut bump_start = None;

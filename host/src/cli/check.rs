@@ -63,9 +63,10 @@ pub(super) struct CheckArgs {
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
     config: Vec<(String, String)>,
     /// A record for the `process` call (repeatable): `VALUE` (no key) or
-    /// `KEY=VALUE`, either optionally ending in `@TIMESTAMP` (epoch ms; default: the
-    /// record's position, 0, 1, ...). A value holding `=` or ending in `@` and digits
-    /// goes in --records-file. Without records, an empty batch is processed.
+    /// `KEY=VALUE` (split at the first `=`), either optionally ending in `@TIMESTAMP`
+    /// (epoch ms; default: the record's position, 0, 1, ...). A keyless value holding
+    /// `=`, or a value ending in `@` and digits, goes in --records-file. Without
+    /// records, an empty batch is processed.
     #[arg(long = "record", value_name = "[KEY=]VALUE[@TS]", value_parser = parse_record)]
     records: Vec<InputRecord>,
     /// A file of records for the `process` call, after the --record ones: one JSON
@@ -82,8 +83,10 @@ pub(super) struct CheckArgs {
     #[arg(long, value_name = "FILE")]
     restore: Option<PathBuf>,
     /// Write the state the instance ends with (the restored state plus the
-    /// snapshot round's changes) to this file, for a later --restore.
-    #[arg(long, value_name = "FILE")]
+    /// snapshot round's changes) and --watermark to this file, for a later
+    /// --restore. Needs --watermark: at the default, the end of time, every window
+    /// completes and any later record would be late.
+    #[arg(long, value_name = "FILE", requires = "watermark")]
     save_snapshot: Option<PathBuf>,
     /// Stop after validation and instantiation: do not call `init` or any export
     /// (for a plugin whose config is not at hand).

@@ -76,16 +76,12 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> anyhow::Result<Vec<u8>> {
-    if text.len() % 2 != 0 {
-        bail!("`{text}` is not hex: an odd number of digits");
+    let digits = text.as_bytes();
+    if !digits.len().is_multiple_of(2) || !digits.iter().all(u8::is_ascii_hexdigit) {
+        bail!("`{text}` is not hex: an even number of the digits 0-9 and a-f");
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|at| {
-            u8::from_str_radix(&text[at..at + 2], 16)
-                .map_err(|_| anyhow::anyhow!("`{text}` is not hex"))
-        })
-        .collect()
+    let value = |digit: u8| (digit as char).to_digit(16).expect("checked above") as u8;
+    Ok(digits.chunks_exact(2).map(|pair| value(pair[0]) << 4 | value(pair[1])).collect())
 }
 
 #[cfg(test)]
@@ -96,7 +92,7 @@ mod tests {
     fn a_saved_image_loads_back_and_bad_files_say_what_is_wrong() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.json");
-        let image: Image = [(b"".to_vec(), vec![0, 255]), (b"k\xff".to_vec(), vec![])].into();
+        let image: Image = [(b"".to_vec(), vec![0, 255, 0xab]), (b"k\xff".to_vec(), vec![])].into();
         save(&path, Path::new("/x/op.wasm"), 42, &image).unwrap();
         assert_eq!(load(&path).unwrap(), (image, 42));
 
@@ -104,6 +100,8 @@ mod tests {
             ("{", "not a snapshot"),
             (r#"{"format":"other","plugin":"","watermark":0,"entries":[]}"#, "format `other`"),
             (r#"{"format":"weir-check-snapshot-1","plugin":"","watermark":0,"entries":[{"key":"6","value":""}]}"#, "entry 0"),
+            (r#"{"format":"weir-check-snapshot-1","plugin":"","watermark":0,"entries":[{"key":"aéb","value":""}]}"#, "is not hex"),
+            (r#"{"format":"weir-check-snapshot-1","plugin":"","watermark":0,"entries":[{"key":"+1+2","value":""}]}"#, "is not hex"),
             (r#"{"format":"weir-check-snapshot-1","plugin":"","watermark":0,"entries":[{"key":"61","value":""},{"key":"61","value":"00"}]}"#, "repeats key 61"),
         ] {
             std::fs::write(&path, text).unwrap();
