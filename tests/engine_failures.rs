@@ -623,3 +623,87 @@ fn a_changelog_that_is_not_compacted_is_refused() {
     let text = start_on_a_changelog_made_beforehand("changelog-policy", job::KEY_GROUPS as i32);
     assert!(text.contains("has cleanup.policy=delete") && text.contains("set cleanup.policy=compact"), "unclear error:\n{text}");
 }
+
+/// The last checkpoint `log` says committed.
+fn last_committed(log: &std::path::Path) -> u64 {
+    let text = job::read_log(log);
+    let line = text.lines().rfind(|line| line.contains("checkpoint committed")).expect("a committed checkpoint");
+    let at = line.find("checkpoint=").expect("checkpoint=") + "checkpoint=".len();
+    line[at..].split(' ').next().unwrap().parse().expect("a checkpoint number")
+}
+
+/// A window-count job that stops (SIGTERM) with windows open: the state its state_dir
+/// and changelog then hold. Returns its clicks, to go on with, and the input so far.
+fn stop_with_open_windows(job: &JobDir, log: &std::path::Path) -> (Clicks, Vec<clicks::Input>) {
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.window_count(2, 200, WINDOW_MS as u64, "");
+    let mut clicks = Clicks::new(5, PARTITIONS, 100);
+    let input = clicks.take(3_000);
+    support::produce(&job.input, &input);
+    let mut child = job::start(&job.path(), log, &[]);
+    job::wait_for_more(log, "checkpoint committed", 5, Duration::from_secs(60));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(log));
+    (clicks, input)
+}
+
+/// Runs the job until one more checkpoint commits, then SIGKILLs it.
+fn run_to_next_commit(job: &JobDir, log: &std::path::Path) {
+    let before = job::count_in_log(log, "checkpoint committed");
+    let mut child = job::start(&job.path(), log, &[]);
+    job::wait_for_more(log, "checkpoint committed", before, Duration::from_secs(60));
+    job::kill(&mut child);
+}
+
+/// A new machine after the reseed: the state_dir is deleted, the rest of the input
+/// (windows completed by the flush) arrives, and the job's state comes from the
+/// changelog alone; the committed output is exact.
+fn finish_from_the_changelog_alone(job: &JobDir, log: &std::path::Path, (mut clicks, mut input): (Clicks, Vec<clicks::Input>)) {
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    let mut rest = clicks.take(2_000);
+    rest.extend(clicks.flush());
+    support::produce(&job.input, &rest);
+    input.extend(rest);
+    finish_window_count(job, &input, "last.log");
+    assert_exact(job, &input);
+    let last = job::read_log(&log_of(job, "last.log"));
+    assert!(last.contains("rebuilding keyed state from the whole changelog"), "{last}");
+    assert!(!job::read_log(log).contains("rebuilding keyed state"), "an earlier run rebuilt: the reseed was not tested");
+}
+
+#[test]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "needs WEIR_FAULT: build with --features fault-injection, as scripts/test does")]
+fn a_deleted_changelog_is_written_again_from_the_state_dir() {
+    use std::os::unix::process::ExitStatusExt;
+    let job = job::job_dir("reseed-deleted");
+    let log = log_of(&job, "weir.log");
+    let so_far = stop_with_open_windows(&job, &log);
+    support::delete_topic(&format!("{}-changelog", job.name));
+
+    // The first reseed's transaction aborts: killed before its checkpoint commits.
+    let fault = format!("after-barrier:{}", last_committed(&log) + 1);
+    let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", fault.as_str())]);
+    let status = job::wait(&mut child, Duration::from_secs(90)).expect("the fault fires");
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", job::read_log(&log));
+    // The next run writes it again, and commits it.
+    run_to_next_commit(&job, &log);
+    let text = job::read_log(&log);
+    assert_eq!(job::count_in_log(&log, "lost the job's state"), 2, "{text}");
+    assert!(text.contains("the topic did not exist") && text.contains("interrupted before its commit"), "{text}");
+    finish_from_the_changelog_alone(&job, &log, so_far);
+}
+
+#[test]
+fn a_changelog_recreated_empty_is_written_again_from_the_state_dir() {
+    let job = job::job_dir("reseed-recreated");
+    let log = log_of(&job, "weir.log");
+    let so_far = stop_with_open_windows(&job, &log);
+    let changelog = format!("{}-changelog", job.name);
+    support::delete_topic(&changelog);
+    support::create_topic_with(&changelog, job::KEY_GROUPS as i32, &[("cleanup.policy", "compact")]);
+
+    run_to_next_commit(&job, &log);
+    let text = job::read_log(&log);
+    assert!(text.contains("lost the job's state") && text.contains("it was recreated"), "{text}");
+    finish_from_the_changelog_alone(&job, &log, so_far);
+}

@@ -701,3 +701,31 @@ fn a_finished_replay_replaces_an_uncommitted_checkpoint_of_its_number() {
     assert_eq!(store.state_base().unwrap().n, 3);
     assert_eq!(state_of(&store, 0), [(b"k".to_vec(), b"v".to_vec())]);
 }
+
+#[test]
+fn a_reseed_stays_marked_until_a_fold_or_replay_and_keeps_the_state() {
+    let dir = temp_dir();
+    let store = open(dir.path());
+    let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
+    store.fold(4, state, &BTreeMap::from([(1, 30)])).unwrap();
+    assert!(!store.reseeding().unwrap());
+
+    // The changelog was recreated: it ends at 0 everywhere now.
+    store.begin_reseed(4, &BTreeMap::from([(0, 0), (1, 0)])).unwrap();
+    drop(store);
+    let store = open(dir.path());
+    assert!(store.reseeding().unwrap(), "the mark survives a crash");
+    let base = store.state_base().unwrap();
+    assert_eq!((base.n, base.positions), (4, Some(BTreeMap::from([(0, 0), (1, 0)]))));
+    assert_eq!(state_of(&store, 0), [(b"k".to_vec(), b"v".to_vec())], "the state itself is kept");
+
+    // The checkpoint that committed the reseed is folded, or a replay proves it committed.
+    store.fold(5, [], &BTreeMap::from([(0, 3), (1, 1)])).unwrap();
+    assert!(!store.reseeding().unwrap());
+    store.begin_reseed(5, &BTreeMap::new()).unwrap();
+    store.mark_state(5, &BTreeMap::from([(0, 9)])).unwrap();
+    assert!(!store.reseeding().unwrap());
+    store.begin_reseed(5, &BTreeMap::new()).unwrap();
+    store.clear().unwrap();
+    assert!(!store.reseeding().unwrap());
+}

@@ -24,6 +24,7 @@ use crate::checkpoint::layout::{self, ChangelogRecord};
 use crate::checkpoint::store::{Checkpoint, CheckpointStore, StateBase};
 use crate::dataflow::{KeyGroups, TaskFailure};
 use crate::job::{Delivery, Job};
+use crate::sink::Sink;
 use crate::source;
 use crate::state::StateChanges;
 
@@ -33,6 +34,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Replayed entries written to the store per batch.
 const WRITE_BATCH: usize = 100_000;
+/// Bytes of stored state read per chunk when reseeding the changelog.
+const RESEED_CHUNK_BYTES: usize = 1 << 20;
 /// Kafka's default `delete.retention.ms`: how long the cleaner keeps a removal at least.
 const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -41,15 +44,31 @@ pub(crate) fn topic(job: &Job) -> String {
     job.changelog_topic.clone().unwrap_or_else(|| format!("{}-changelog", job.name))
 }
 
+/// What recovery must do with the changelog before the job runs.
+#[derive(Debug)]
+pub(crate) enum Prepared {
+    /// It holds the state of the committed checkpoint.
+    Ready,
+    /// It lost that state (for this reason), which the state_dir holds: write it again.
+    Reseed(String),
+}
+
 /// Makes sure the changelog exists with one partition per key group, creating it
 /// (compacted) on a fresh start. A fresh start refuses a changelog that already holds
 /// committed records: they are the state of an earlier run of a job of this name, and
-/// a later rebuild would bring them back.
-pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>) -> Result<(), TaskFailure> {
+/// a later rebuild would bring them back. `local` is the state_dir's state when it is
+/// that of `checkpoint` (an exactly-once job's recovery read it from there, not from
+/// the changelog): a changelog that lost it (deleted, or recreated empty) is to be
+/// reseeded from it rather than refused.
+pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>, local: Option<&Local>) -> Result<Prepared, TaskFailure> {
     let topic = topic(job);
     let partitions = partition_count(job, &topic)?;
     match (partitions, checkpoint) {
-        (None, None) => create(job, &topic, key_groups),
+        (None, None) => create(job, &topic, key_groups).map(|()| Prepared::Ready),
+        (None, Some(_)) if local.is_some() => {
+            create(job, &topic, key_groups)?;
+            Ok(Prepared::Reseed("the topic did not exist".into()))
+        }
         (None, Some(n)) => Err(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` on {} does not exist, but Kafka's committed offsets name checkpoint {n}: \
              the job's state is gone from Kafka. Restore the topic, or start over deliberately with empty state by \
@@ -67,14 +86,117 @@ pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>)
                     job.sink.brokers
                 )));
             }
+            if let Some(local) = local {
+                return holds(job, &topic, key_groups, local);
+            }
             if checkpoint.is_some() || job.sink.delivery == Delivery::AtLeastOnce {
                 // At-least-once writes the changelog outside transactions, so a run killed
                 // before its first offset commit leaves records; it never rebuilds from them.
-                return Ok(());
+                return Ok(Prepared::Ready);
             }
-            refuse_earlier_state(job, &topic, key_groups)
+            refuse_earlier_state(job, &topic, key_groups).map(|()| Prepared::Ready)
         }
     }
+}
+
+/// The state_dir's state of the committed checkpoint, as recovery found it.
+pub(crate) struct Local {
+    pub(crate) base: StateBase,
+    /// A reseed of the changelog from it has not been committed yet.
+    pub(crate) reseeding: bool,
+}
+
+/// Whether the changelog still holds the state the state_dir's state was read from. A
+/// reseed not yet committed wants one; so does a topic without a single record (every
+/// committed checkpoint leaves at least its checkpoint record, which compaction keeps):
+/// it was recreated. Positions outside a topic with records are an error: it is not
+/// the topic they were read in. (A topic recreated and then written by someone else
+/// past those positions goes unnoticed.)
+fn holds(job: &Job, topic: &str, key_groups: KeyGroups, local: &Local) -> Result<Prepared, TaskFailure> {
+    if local.reseeding {
+        return Ok(Prepared::Reseed("writing the state_dir's state into it was interrupted before its commit".into()));
+    }
+    let consumer = client(job)?;
+    let mut records = 0;
+    for partition in 0..key_groups.count() as i32 {
+        let (low, high) = watermarks(&consumer, topic, partition)?;
+        records += high - low;
+    }
+    if records == 0 {
+        return Ok(Prepared::Reseed("it holds no record at all: it was recreated".into()));
+    }
+    let Some(positions) = &local.base.positions else { return Ok(Prepared::Ready) };
+    let Some((partition, position, low, high)) = outside(job, topic, key_groups.count(), positions)? else {
+        return Ok(Prepared::Ready);
+    };
+    Err(TaskFailure::Incompatible(format!(
+        "the changelog topic `{topic}` on {} is not the one the state_dir's state (checkpoint {}) was written to: \
+         it recorded offset {position} of partition {partition}, which now holds offsets {low}..{high}, and the \
+         topic holds records of its own. Delete the topic (weir writes it again from the state_dir), or start over \
+         deliberately with empty state by deleting consumer group `{}` and the topic",
+        job.sink.brokers, local.base.n, job.name
+    )))
+}
+
+/// The first of `positions` that the topic does not hold (an offset before a
+/// partition's start or past its end): `(partition, position, start, end)`.
+fn outside(job: &Job, topic: &str, partitions: u32, positions: &BTreeMap<i32, i64>) -> Result<Option<(i32, i64, i64, i64)>, TaskFailure> {
+    let consumer = client(job)?;
+    for (&partition, &position) in positions {
+        if partition as u32 >= partitions {
+            return Ok(Some((partition, position, 0, 0)));
+        }
+        let (low, high) = watermarks(&consumer, topic, partition)?;
+        if position < low || position > high {
+            return Ok(Some((partition, position, low, high)));
+        }
+    }
+    Ok(None)
+}
+
+/// The first and next offset of a changelog partition.
+fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i64, i64), TaskFailure> {
+    consumer
+        .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
+        .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of the changelog topic `{topic}` partition {partition}: {e}")))
+}
+
+/// Writes the state_dir's state of checkpoint `n` (every stage's entries) into the
+/// changelog, in the transaction now open, after recording where the changelog ends:
+/// the checkpoint that commits it makes the changelog whole again, and until then
+/// every recovery writes it again. Returns those ends, the positions the state now
+/// reflects.
+pub(crate) fn reseed(
+    job: &Job,
+    store: &CheckpointStore,
+    sink: &Sink,
+    key_groups: KeyGroups,
+    (n, stages): (u64, u32),
+    why: &str,
+) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+    let started = Instant::now();
+    let topic = topic(job);
+    let ends = Ends::new(job)?.all(key_groups.count())?;
+    store.begin_reseed(n, &ends)?;
+    let (mut key, mut value) = (Vec::new(), Vec::new());
+    let mut entries = 0;
+    for stage in 0..stages {
+        entries += store.read_state(stage, 0..key_groups.count(), RESEED_CHUNK_BYTES, |chunk| -> Result<(), TaskFailure> {
+            for (state_key, state) in chunk.iter() {
+                let group = key_groups.group_of(Some(state_key));
+                layout::changelog_key_into(stage, state_key, &mut key);
+                layout::changelog_value_into(state.unwrap_or_default(), &mut value);
+                sink.send_changelog(&topic, group as i32, &key, Some(&value))?;
+            }
+            Ok(())
+        })?;
+    }
+    tracing::warn!(
+        checkpoint = n, entries, duration_ms = started.elapsed().as_millis() as u64,
+        "the changelog topic `{topic}` lost the job's state ({why}): writing the state_dir's state into it again, \
+         committed with the next checkpoint"
+    );
+    Ok(ends)
 }
 
 /// On a fresh start, a changelog that already holds committed records holds the state of
@@ -168,23 +290,17 @@ fn tail_start(job: &Job, topic: &str, partitions: u32, base: &StateBase) -> Resu
         );
         return Ok(Tail::Whole(why));
     }
-    let consumer = client(job)?;
-    for (&partition, &position) in positions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
-            .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of the changelog topic `{topic}` partition {partition}: {e}")))?;
-        if partition as u32 >= partitions || position < low || position > high {
-            return Err(TaskFailure::Incompatible(format!(
-                "the changelog topic `{topic}` on {} no longer holds what followed the state_dir's state (checkpoint {}): \
-                 it recorded offset {position} of partition {partition}, which now holds offsets {low}..{high}. The \
-                 topic was recreated or truncated outside weir, and the state it lost cannot be rebuilt from it: \
-                 restore the topic, or start over deliberately with empty state by deleting consumer group `{}` and \
-                 the topic",
-                job.sink.brokers,
-                base.n,
-                job.name
-            )));
-        }
+    if let Some((partition, position, low, high)) = outside(job, topic, partitions, positions)? {
+        return Err(TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` on {} no longer holds what followed the state_dir's state (checkpoint {}): \
+             it recorded offset {position} of partition {partition}, which now holds offsets {low}..{high}. The \
+             topic was recreated or truncated outside weir, and the state it lost cannot be rebuilt from it: \
+             restore the topic, or start over deliberately with empty state by deleting consumer group `{}` and \
+             the topic",
+            job.sink.brokers,
+            base.n,
+            job.name
+        )));
     }
     Ok(Tail::From(positions.clone()))
 }

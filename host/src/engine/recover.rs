@@ -56,25 +56,29 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     // never reached its Kafka commit; the attempt reuses those ids, so it must go. The
     // keyed state becomes that of the committed checkpoint: the state_dir's, caught up
     // from the changelog's tail, else rebuilt from the whole changelog.
-    let (snapshot, positions) = match resume.checkpoint {
+    let (snapshot, positions, local) = match resume.checkpoint {
         Some(n) => {
-            let (snapshot, positions) = load(job, store, n, &resume.offsets)?;
-            (Some(snapshot), Some(positions))
+            let Loaded { snapshot, positions, local } = load(job, store, n, &resume.offsets)?;
+            (Some(snapshot), Some(positions), local)
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     let committed = resume.checkpoint.unwrap_or(0);
     fault::point(Step::DuringRecovery, committed);
 
     let key_groups = key_groups(job, partitions.len(), snapshot.as_ref())?;
-    changelog::prepare(job, key_groups, resume.checkpoint)?;
-    let positions = match positions {
+    let prepared = changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref())?;
+    let mut positions = match positions {
         Some(positions) => positions,
         None => start_fresh(job, store, key_groups)?,
     };
     let sources = start_offsets(job, &resume_consumer, &partitions, &resume, snapshot.as_ref())?;
     let operators = instances(job, plugins, metrics, store, snapshot.as_ref(), key_groups)?;
     sink.begin()?;
+    if let changelog::Prepared::Reseed(why) = prepared {
+        let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
+        positions = changelog::reseed(job, store, &sink, key_groups, (committed, stages), &why)?;
+    }
     tracing::info!(
         job = %job.name, checkpoint = ?resume.checkpoint, partitions = partitions.len(),
         key_groups = key_groups.count(), "recovered; running"
@@ -148,13 +152,23 @@ fn sink_config(job: &Job) -> SinkConfig<'_> {
     }
 }
 
-/// Checkpoint `n` with the keyed state brought to it, decoded and checked against this
-/// job's shape, and the changelog positions the state then reflects. The state_dir's
-/// state is that of `n`, or of an earlier committed checkpoint (a crash came before the
-/// fold of the later ones) that the changelog's tail brings to `n`; a state_dir that
-/// cannot give `n` (lost, or holding another instance's checkpoint of that number) is
-/// rebuilt from the whole changelog.
-fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<(Snapshot, BTreeMap<i32, i64>), TaskFailure> {
+/// The committed checkpoint as recovery found it.
+struct Loaded {
+    /// Decoded and checked against this job's shape.
+    snapshot: Snapshot,
+    /// The changelog positions the stored state reflects.
+    positions: BTreeMap<i32, i64>,
+    /// The stored state, when an exactly-once job took it as it was, without reading the
+    /// changelog (which may then have lost it: `changelog::prepare` checks).
+    local: Option<changelog::Local>,
+}
+
+/// Checkpoint `n` with the keyed state brought to it. The state_dir's state is that of
+/// `n`, or of an earlier committed checkpoint (a crash came before the fold of the later
+/// ones) that the changelog's tail brings to `n`; a state_dir that cannot give `n`
+/// (lost, or holding another instance's checkpoint of that number) is rebuilt from the
+/// whole changelog.
+fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<Loaded, TaskFailure> {
     store.discard_after(n)?;
     let base = store.state_base()?;
     if base.n > n {
@@ -168,7 +182,14 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
     if base.n == n {
         match checkpoint_here(job, store, n, committed) {
             Err(TaskFailure::Store(StoreError::Missing { .. })) => {}
-            other => return other.map(|snapshot| (snapshot, base.positions.unwrap_or_default())),
+            Err(other) => return Err(other),
+            Ok(snapshot) => {
+                let positions = base.positions.clone().unwrap_or_default();
+                let local = (job.sink.delivery == job::Delivery::ExactlyOnce)
+                    .then(|| store.reseeding().map(|reseeding| changelog::Local { base, reseeding }))
+                    .transpose()?;
+                return Ok(Loaded { snapshot, positions, local });
+            }
         }
     }
     if job.sink.delivery == job::Delivery::AtLeastOnce {
@@ -186,11 +207,11 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
             other => other,
         })?;
         changelog::catch_up(job, store, n, &base)?;
-        return Ok((snapshot, store.state_base()?.positions.unwrap_or_default()));
+        return Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None });
     }
     changelog::catch_up(job, store, n, &base)?;
     let snapshot = checkpoint_here(job, store, n, committed)?;
-    Ok((snapshot, store.state_base()?.positions.unwrap_or_default()))
+    Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None })
 }
 
 /// Checkpoint `n` from the state_dir, if it is the one Kafka committed: its source

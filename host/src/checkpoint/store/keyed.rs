@@ -7,6 +7,7 @@
 //! ```text
 //! 0x02 len(job):u8 job  stage:u32be group:u32be key  -> framed value   (the base)
 //! 0x04 len(job):u8 job                               -> framed marker  (what the base reflects)
+//! 0x05 len(job):u8 job                               -> framed empty   (the changelog is being reseeded)
 //! ```
 //!
 //! The marker: n:u64le ‖ written_ms:i64le ‖ count:u32le ‖ count × (partition:i32le ‖
@@ -29,6 +30,8 @@ const STATE: u8 = 0x02;
 /// Per-checkpoint changes, as weir wrote them up to commit 36c9be7: deleted on recovery.
 const LEGACY_DELTA: u8 = 0x03;
 const BASE: u8 = 0x04;
+/// Present while the changelog is being written afresh from the base.
+const RESEED: u8 = 0x05;
 /// Bytes of `stage` and `group` in a state key.
 const STATE_HEAD: usize = 4 + 4;
 /// Bytes of one changelog position in the marker.
@@ -86,6 +89,8 @@ impl CheckpointStore {
             self.put_state_into(&mut batch, &mut buffers, stage, group, key, value);
         }
         self.put_base_into(&mut batch, n, positions);
+        // A reseed was part of the first checkpoint this attempt committed.
+        batch.delete(self.space_key(RESEED));
         self.db
             .write_opt(batch, &WriteOptions::default())
             .map_err(|source| self.rocks(format!("folding the state changes of checkpoint {n} into the state"), source))
@@ -98,9 +103,35 @@ impl CheckpointStore {
         let mut batch = WriteBatch::default();
         batch.delete_range(self.space_key(STATE), self.space_end(STATE));
         batch.delete(self.space_key(BASE));
+        batch.delete(self.space_key(RESEED));
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         self.db.write_opt(batch, &sync).map_err(|source| self.rocks("clearing the keyed state".into(), source))
+    }
+
+    /// Starts writing the base (checkpoint `n`'s state) into a changelog that lost it,
+    /// from `positions` (where that changelog ends now): until a checkpoint after it is
+    /// folded, [`reseeding`](Self::reseeding) says so, and every recovery writes it
+    /// again (a reseed not yet committed was aborted with its transaction). Synced.
+    pub fn begin_reseed(&self, n: u64, positions: &BTreeMap<i32, i64>) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        let key = self.space_key(RESEED);
+        let mut framed = Vec::new();
+        frame_into(&key, b"", &mut framed);
+        batch.put(&key, framed);
+        self.put_base_into(&mut batch, n, positions);
+        let mut sync = WriteOptions::default();
+        sync.set_sync(true);
+        self.db
+            .write_opt(batch, &sync)
+            .map_err(|source| self.rocks(format!("marking the state of checkpoint {n} for the changelog"), source))
+    }
+
+    /// True while a reseed of the changelog has not been committed.
+    pub fn reseeding(&self) -> Result<bool, StoreError> {
+        let key = self.space_key(RESEED);
+        let value = self.db.get_pinned(&key).map_err(|source| self.rocks("reading the reseed marker".into(), source))?;
+        Ok(value.is_some())
     }
 
     /// Reads `stage`'s state for `groups` in chunks of about `chunk_bytes`, calling `f` with
@@ -167,10 +198,12 @@ impl CheckpointStore {
     }
 
     /// Ends a replay into a store that holds checkpoint `n` already: the state is now
-    /// that of `n` (or later), with the changelog `positions` the replay reached. Synced.
+    /// that of `n` (or later), with the changelog `positions` the replay reached (a
+    /// replay proves a reseed committed). Synced.
     pub fn mark_state(&self, n: u64, positions: &BTreeMap<i32, i64>) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
         self.put_base_into(&mut batch, n, positions);
+        batch.delete(self.space_key(RESEED));
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         self.db
