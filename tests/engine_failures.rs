@@ -680,8 +680,8 @@ fn a_deleted_changelog_is_written_again_from_the_state_dir() {
     let so_far = stop_with_open_windows(&job, &log);
     support::delete_topic(&format!("{}-changelog", job.name));
 
-    // The first reseed's transaction aborts: killed before its checkpoint commits.
-    let fault = format!("after-barrier:{}", last_committed(&log) + 1);
+    // The first reseed is killed before its last transaction commits.
+    let fault = format!("during-reseed:{}", last_committed(&log));
     let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", fault.as_str())]);
     let status = job::wait(&mut child, Duration::from_secs(90)).expect("the fault fires");
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", job::read_log(&log));
@@ -689,7 +689,8 @@ fn a_deleted_changelog_is_written_again_from_the_state_dir() {
     run_to_next_commit(&job, &log);
     let text = job::read_log(&log);
     assert_eq!(job::count_in_log(&log, "lost the job's state"), 2, "{text}");
-    assert!(text.contains("the topic did not exist") && text.contains("interrupted before its commit"), "{text}");
+    assert!(text.contains("the topic did not exist") && text.contains("was interrupted"), "{text}");
+    assert_eq!(job::count_in_log(&log, "wrote the state_dir's state into the changelog topic"), 1, "{text}");
     finish_from_the_changelog_alone(&job, &log, so_far);
 }
 
@@ -705,5 +706,8 @@ fn a_changelog_recreated_empty_is_written_again_from_the_state_dir() {
     run_to_next_commit(&job, &log);
     let text = job::read_log(&log);
     assert!(text.contains("lost the job's state") && text.contains("it was recreated"), "{text}");
+    // A healthy changelog is not written again.
+    run_to_next_commit(&job, &log);
+    assert_eq!(job::count_in_log(&log, "lost the job's state"), 1, "{}", job::read_log(&log));
     finish_from_the_changelog_alone(&job, &log, so_far);
 }

@@ -36,6 +36,8 @@ const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 const WRITE_BATCH: usize = 100_000;
 /// Bytes of stored state read per chunk when reseeding the changelog.
 const RESEED_CHUNK_BYTES: usize = 1 << 20;
+/// Bytes of keys and values a reseed commits per transaction.
+const RESEED_TRANSACTION_BYTES: usize = 64 << 20;
 /// Kafka's default `delete.retention.ms`: how long the cleaner keeps a removal at least.
 const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -106,35 +108,40 @@ pub(crate) struct Local {
     pub(crate) reseeding: bool,
 }
 
-/// Whether the changelog still holds the state the state_dir's state was read from. A
-/// reseed not yet committed wants one; so does a topic without a single record (every
-/// committed checkpoint leaves at least its checkpoint record, which compaction keeps):
-/// it was recreated. Positions outside a topic with records are an error: it is not
-/// the topic they were read in. (A topic recreated and then written by someone else
-/// past those positions goes unnoticed.)
+/// Whether the changelog still holds the state the state_dir's state was read from. An
+/// interrupted reseed wants one; so does a topic without a single record (a committed
+/// checkpoint leaves at least its checkpoint record, which compaction keeps), or one
+/// that ends before the state_dir's positions and holds no committed record (recreated,
+/// then written only by transactions that aborted): it was recreated. Positions past
+/// the end of a topic with committed records are an error: it is another topic. (A
+/// topic recreated and then written by others past those positions goes unnoticed.)
 fn holds(job: &Job, topic: &str, key_groups: KeyGroups, local: &Local) -> Result<Prepared, TaskFailure> {
     if local.reseeding {
-        return Ok(Prepared::Reseed("writing the state_dir's state into it was interrupted before its commit".into()));
+        return Ok(Prepared::Reseed("writing the state_dir's state into it was interrupted".into()));
     }
-    let consumer = client(job)?;
-    let mut records = 0;
-    for partition in 0..key_groups.count() as i32 {
-        let (low, high) = watermarks(&consumer, topic, partition)?;
-        records += high - low;
-    }
-    if records == 0 {
+    let ends = Ends::new(job)?.all(key_groups.count())?;
+    if ends.values().all(|&end| end == 0) {
         return Ok(Prepared::Reseed("it holds no record at all: it was recreated".into()));
     }
     let Some(positions) = &local.base.positions else { return Ok(Prepared::Ready) };
-    let Some((partition, position, low, high)) = outside(job, topic, key_groups.count(), positions)? else {
-        return Ok(Prepared::Ready);
-    };
+    let past_end = positions.iter().find(|&(partition, position)| ends.get(partition).is_none_or(|end| position > end));
+    let Some((&partition, &position)) = past_end else { return Ok(Prepared::Ready) };
+    let consumer = reader(job, topic, key_groups.count(), None)?;
+    if first_record(&consumer, topic, key_groups.count())?.is_none() {
+        return Ok(Prepared::Reseed(format!(
+            "it holds no committed record, and it ends before offset {position} of partition {partition} that the \
+             state_dir's state was read from: it was recreated"
+        )));
+    }
     Err(TaskFailure::Incompatible(format!(
         "the changelog topic `{topic}` on {} is not the one the state_dir's state (checkpoint {}) was written to: \
-         it recorded offset {position} of partition {partition}, which now holds offsets {low}..{high}, and the \
-         topic holds records of its own. Delete the topic (weir writes it again from the state_dir), or start over \
+         it recorded offset {position} of partition {partition}, past the partition's end ({}), and the topic \
+         holds records of its own. Delete the topic (weir writes it again from the state_dir), or start over \
          deliberately with empty state by deleting consumer group `{}` and the topic",
-        job.sink.brokers, local.base.n, job.name
+        job.sink.brokers,
+        local.base.n,
+        ends.get(&partition).copied().unwrap_or_default(),
+        job.name
     )))
 }
 
@@ -161,11 +168,13 @@ fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i
         .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of the changelog topic `{topic}` partition {partition}: {e}")))
 }
 
-/// Writes the state_dir's state of checkpoint `n` (every stage's entries) into the
-/// changelog, in the transaction now open, after recording where the changelog ends:
-/// the checkpoint that commits it makes the changelog whole again, and until then
-/// every recovery writes it again. Returns those ends, the positions the state now
-/// reflects.
+/// Writes the state_dir's state of checkpoint `n` (every stage's entries, then `n`'s
+/// checkpoint record) into the changelog before the job runs, in transactions of
+/// [`RESEED_TRANSACTION_BYTES`] (a transaction has a time limit; the state has none),
+/// after recording where the changelog ends and a reseed mark that only the last
+/// commit clears: an interrupted reseed is done again, whole. `before_last_commit` runs
+/// when every record is sent (the crash tests' kill point). Returns those ends, the
+/// positions the state now reflects.
 pub(crate) fn reseed(
     job: &Job,
     store: &CheckpointStore,
@@ -173,13 +182,15 @@ pub(crate) fn reseed(
     key_groups: KeyGroups,
     (n, stages): (u64, u32),
     why: &str,
+    before_last_commit: impl FnOnce(),
 ) -> Result<BTreeMap<i32, i64>, TaskFailure> {
     let started = Instant::now();
     let topic = topic(job);
+    tracing::warn!(checkpoint = n, "the changelog topic `{topic}` lost the job's state ({why}): writing the state_dir's state into it again");
     let ends = Ends::new(job)?.all(key_groups.count())?;
     store.begin_reseed(n, &ends)?;
     let (mut key, mut value) = (Vec::new(), Vec::new());
-    let mut entries = 0;
+    let (mut entries, mut transactions, mut pending) = (0, 0, 0);
     for stage in 0..stages {
         entries += store.read_state(stage, 0..key_groups.count(), RESEED_CHUNK_BYTES, |chunk| -> Result<(), TaskFailure> {
             for (state_key, state) in chunk.iter() {
@@ -187,14 +198,22 @@ pub(crate) fn reseed(
                 layout::changelog_key_into(stage, state_key, &mut key);
                 layout::changelog_value_into(state.unwrap_or_default(), &mut value);
                 sink.send_changelog(&topic, group as i32, &key, Some(&value))?;
+                pending += key.len() + value.len();
+            }
+            if pending >= RESEED_TRANSACTION_BYTES {
+                sink.commit_alone()?;
+                (transactions, pending) = (transactions + 1, 0);
             }
             Ok(())
         })?;
     }
+    sink.send_checkpoint_record(&topic, &layout::checkpoint_record(&store.load(n)?))?;
+    before_last_commit();
+    sink.commit_alone()?;
+    store.end_reseed()?;
     tracing::warn!(
-        checkpoint = n, entries, duration_ms = started.elapsed().as_millis() as u64,
-        "the changelog topic `{topic}` lost the job's state ({why}): writing the state_dir's state into it again, \
-         committed with the next checkpoint"
+        checkpoint = n, entries, transactions = transactions + 1, duration_ms = started.elapsed().as_millis() as u64,
+        "wrote the state_dir's state into the changelog topic `{topic}` again"
     );
     Ok(ends)
 }

@@ -17,6 +17,9 @@ pub(super) enum Step {
     DuringRecovery,
     /// An operator subtask received barrier N: it panics rather than snapshot.
     PanicInOperator,
+    /// Rewriting the changelog from the state_dir's checkpoint N: every record sent, the
+    /// last transaction not committed.
+    DuringReseed,
 }
 
 #[cfg(feature = "fault-injection")]
@@ -28,6 +31,7 @@ impl Step {
             "after-commit" => Some(Step::AfterCommit),
             "during-recovery" => Some(Step::DuringRecovery),
             "panic-in-operator" => Some(Step::PanicInOperator),
+            "during-reseed" => Some(Step::DuringReseed),
             _ => None,
         }
     }
@@ -43,7 +47,7 @@ fn armed() -> Option<(Step, u64)> {
         if parsed.is_none() {
             tracing::warn!(
                 "ignoring WEIR_FAULT={spec}: expected \
-                 <after-barrier|after-seal|after-commit|during-recovery|panic-in-operator>:<checkpoint>"
+                 <after-barrier|after-seal|after-commit|during-recovery|panic-in-operator|during-reseed>:<checkpoint>"
             );
         }
         parsed

@@ -77,7 +77,8 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     sink.begin()?;
     if let changelog::Prepared::Reseed(why) = prepared {
         let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
-        positions = changelog::reseed(job, store, &sink, key_groups, (committed, stages), &why)?;
+        let kill_point = || fault::point(Step::DuringReseed, committed);
+        positions = changelog::reseed(job, store, &sink, key_groups, (committed, stages), &why, kill_point)?;
     }
     tracing::info!(
         job = %job.name, checkpoint = ?resume.checkpoint, partitions = partitions.len(),
@@ -158,8 +159,8 @@ struct Loaded {
     snapshot: Snapshot,
     /// The changelog positions the stored state reflects.
     positions: BTreeMap<i32, i64>,
-    /// The stored state, when an exactly-once job took it as it was, without reading the
-    /// changelog (which may then have lost it: `changelog::prepare` checks).
+    /// The stored state, when recovery took it as it was, without reading the changelog
+    /// (which may then have lost it: `changelog::prepare` checks).
     local: Option<changelog::Local>,
 }
 
@@ -185,10 +186,8 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
             Err(other) => return Err(other),
             Ok(snapshot) => {
                 let positions = base.positions.clone().unwrap_or_default();
-                let local = (job.sink.delivery == job::Delivery::ExactlyOnce)
-                    .then(|| store.reseeding().map(|reseeding| changelog::Local { base, reseeding }))
-                    .transpose()?;
-                return Ok(Loaded { snapshot, positions, local });
+                let local = changelog::Local { base, reseeding: store.reseeding()? };
+                return Ok(Loaded { snapshot, positions, local: Some(local) });
             }
         }
     }

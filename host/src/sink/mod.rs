@@ -275,6 +275,27 @@ impl Sink {
         }
     }
 
+    /// Commits what the open transaction holds, without input offsets, and opens the
+    /// next (at-least-once: waits until it is delivered). For writes that are not a
+    /// checkpoint's, such as rewriting the changelog before the job runs.
+    pub(crate) fn commit_alone(&self) -> Result<(), SinkError> {
+        self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
+        match self.delivery {
+            Delivery::ExactlyOnce => {
+                self.producer.commit_transaction(TXN_TIMEOUT).map_err(|e| self.error("commit_transaction", e))?;
+                self.begin()
+            }
+            Delivery::AtLeastOnce => {
+                let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
+                if failed > 0 {
+                    let first = self.producer.context().first_failure.lock().expect("lock").take();
+                    return Err(SinkError::Undelivered { topic: self.topic.clone(), count: failed, first: first.unwrap_or_default() });
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Waits until every record handed to the producer is delivered or failed, at most
     /// `timeout`. rdkafka's `flush` polls in sleeps of up to 100 ms, which made every
     /// checkpoint with records in flight last 100 ms at least; librdkafka's own flush

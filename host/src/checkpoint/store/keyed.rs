@@ -89,8 +89,6 @@ impl CheckpointStore {
             self.put_state_into(&mut batch, &mut buffers, stage, group, key, value);
         }
         self.put_base_into(&mut batch, n, positions);
-        // A reseed was part of the first checkpoint this attempt committed.
-        batch.delete(self.space_key(RESEED));
         self.db
             .write_opt(batch, &WriteOptions::default())
             .map_err(|source| self.rocks(format!("folding the state changes of checkpoint {n} into the state"), source))
@@ -110,9 +108,9 @@ impl CheckpointStore {
     }
 
     /// Starts writing the base (checkpoint `n`'s state) into a changelog that lost it,
-    /// from `positions` (where that changelog ends now): until a checkpoint after it is
-    /// folded, [`reseeding`](Self::reseeding) says so, and every recovery writes it
-    /// again (a reseed not yet committed was aborted with its transaction). Synced.
+    /// from `positions` (where that changelog ends now): until [`end_reseed`](Self::end_reseed),
+    /// [`reseeding`](Self::reseeding) says so, and every recovery writes it again (an
+    /// interrupted reseed committed only part). Synced.
     pub fn begin_reseed(&self, n: u64, positions: &BTreeMap<i32, i64>) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
         let key = self.space_key(RESEED);
@@ -125,6 +123,15 @@ impl CheckpointStore {
         self.db
             .write_opt(batch, &sync)
             .map_err(|source| self.rocks(format!("marking the state of checkpoint {n} for the changelog"), source))
+    }
+
+    /// The changelog holds the base again (a reseed's last transaction committed). Synced.
+    pub fn end_reseed(&self) -> Result<(), StoreError> {
+        let mut sync = WriteOptions::default();
+        sync.set_sync(true);
+        self.db
+            .delete_opt(self.space_key(RESEED), &sync)
+            .map_err(|source| self.rocks("clearing the reseed marker".into(), source))
     }
 
     /// True while a reseed of the changelog has not been committed.
@@ -198,12 +205,10 @@ impl CheckpointStore {
     }
 
     /// Ends a replay into a store that holds checkpoint `n` already: the state is now
-    /// that of `n` (or later), with the changelog `positions` the replay reached (a
-    /// replay proves a reseed committed). Synced.
+    /// that of `n` (or later), with the changelog `positions` the replay reached. Synced.
     pub fn mark_state(&self, n: u64, positions: &BTreeMap<i32, i64>) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
         self.put_base_into(&mut batch, n, positions);
-        batch.delete(self.space_key(RESEED));
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         self.db
