@@ -8,6 +8,7 @@ mod chart;
 mod copier;
 mod data;
 mod generate;
+mod group;
 mod latency;
 mod measure;
 mod procs;
@@ -143,6 +144,40 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Time how fast a consumer group moves a stopped member's partitions to the others.
+    GroupFailover {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        /// Created with --partitions (deleted after).
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 12)]
+        partitions: i32,
+        #[arg(long, default_value_t = 3)]
+        members: usize,
+        #[arg(long, default_value_t = 5)]
+        events: usize,
+        #[arg(long, value_enum)]
+        protocol: group::Protocol,
+        #[arg(long, value_enum)]
+        stop: group::Stop,
+        /// The classic protocol's session.timeout.ms (the consumer protocol's is the broker's).
+        #[arg(long, default_value_t = 45_000)]
+        session_ms: u64,
+    },
+    /// One member of `group-failover` (prints its assignment as it changes).
+    GroupMember {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        group: String,
+        #[arg(long, value_enum)]
+        protocol: group::Protocol,
+        #[arg(long)]
+        session_ms: u64,
+    },
     /// Write the results as a section of a Markdown file (replacing the previous one).
     Report {
         #[arg(long)]
@@ -197,6 +232,14 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Cmd::GroupFailover { brokers, topic, partitions, members, events, protocol, stop, session_ms } => {
+            topics::create(&brokers, &topic, partitions)?;
+            let run = group::Failover { brokers: &brokers, topic: &topic, partitions, members, events, protocol, stop, session_ms };
+            let outcome = group::failover(&run);
+            topics::delete(&brokers, &[topic])?;
+            outcome
+        }
+        Cmd::GroupMember { brokers, topic, group, protocol, session_ms } => group::member(&brokers, &topic, &group, protocol, session_ms),
         Cmd::Gen { brokers, topic, workload, results, no_flush } => {
             let r = generate::run(&brokers, &topic, &workload.workload(), !no_flush)?;
             let rate = r.records as f64 / r.seconds;
