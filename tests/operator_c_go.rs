@@ -6,7 +6,7 @@
 
 use crate::operator_common as common;
 
-use common::{Image, apply, changes, config, load, records, restore};
+use common::{Image, apply, changes, config, load, records, restore, round};
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance};
 use weir::state::StateChunk;
@@ -92,19 +92,6 @@ fn c_and_go_window_counts_emit_what_the_rust_one_emits() {
         assert_eq!(run(plugin, &steps, 0), reference, "{plugin} straight through");
         // Restarted from its own checkpoints every 7 steps, it still emits the same.
         assert_eq!(run(plugin, &steps, 7), reference, "{plugin} restored every 7 steps");
-    }
-}
-
-/// One snapshot round, checked chunk by chunk against `max_bytes`.
-fn round(op: &mut OperatorInstance, max_bytes: u32) -> Vec<StateChunk> {
-    let mut chunks = Vec::new();
-    loop {
-        let chunk = op.snapshot(max_bytes).unwrap_or_else(|err| panic!("{err}"));
-        if chunk.is_empty() {
-            return chunks;
-        }
-        assert!(chunk.data_len() <= max_bytes as usize || chunk.len() == 1, "chunk over max-bytes");
-        chunks.push(chunk);
     }
 }
 

@@ -5,7 +5,7 @@
 
 use crate::operator_common as common;
 
-use common::{batch, config, load, records};
+use common::{batch, config, load, records, round};
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance};
 use weir::state::StateChunk;
@@ -25,25 +25,6 @@ fn chunk(pairs: &[(&[u8], Option<&[u8]>)]) -> StateChunk {
         chunk.push(key, *value);
     }
     chunk
-}
-
-/// One snapshot round: the chunks before the empty one that ends it, each checked
-/// against `max_bytes` (only a chunk of a single entry may exceed it).
-fn round(op: &mut OperatorInstance, max_bytes: u32) -> Vec<StateChunk> {
-    let mut chunks = Vec::new();
-    loop {
-        let chunk = op.snapshot(max_bytes).unwrap_or_else(|err| panic!("{err}"));
-        if chunk.is_empty() {
-            return chunks;
-        }
-        assert!(
-            chunk.data_len() <= max_bytes as usize || chunk.len() == 1,
-            "a chunk of {} entries holds {} bytes, over max-bytes {max_bytes}",
-            chunk.len(),
-            chunk.data_len()
-        );
-        chunks.push(chunk);
-    }
 }
 
 fn round_entries(op: &mut OperatorInstance, max_bytes: u32) -> Vec<Entry> {

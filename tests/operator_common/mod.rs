@@ -145,3 +145,22 @@ pub fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) {
     }
     instance.restored(watermark).unwrap_or_else(|err| panic!("{err}"));
 }
+
+/// One snapshot round: the chunks before the empty one that ends it, each checked
+/// against `max_bytes` (only a chunk of a single entry may exceed it).
+pub fn round(op: &mut OperatorInstance, max_bytes: u32) -> Vec<StateChunk> {
+    let mut chunks = Vec::new();
+    loop {
+        let chunk = op.snapshot(max_bytes).unwrap_or_else(|err| panic!("{err}"));
+        if chunk.is_empty() {
+            return chunks;
+        }
+        assert!(
+            chunk.data_len() <= max_bytes as usize || chunk.len() == 1,
+            "a chunk of {} entries holds {} bytes, over max-bytes {max_bytes}",
+            chunk.len(),
+            chunk.data_len()
+        );
+        chunks.push(chunk);
+    }
+}
