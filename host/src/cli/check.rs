@@ -132,54 +132,61 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
     if args.no_init {
         println!("calls:    not run (--no-init)");
     } else {
-        let entries = args.config.len();
-        let start = || {
-            OperatorInstance::new(&plugin, limits, args.config.clone(), "check".into()).map_err(
-                |err| {
-                    anyhow::anyhow!("{err} (with --config key=value, or skip init with --no-init)")
-                },
-            )
-        };
-        let mut records = args.records.clone();
-        if let Some(path) = &args.records_file {
-            records.extend(read_records_file(path)?);
-        }
-        let mut instance = start()?;
-        println!(
-            "init:     ok with {entries} config entr{}",
-            if entries == 1 { "y" } else { "ies" }
-        );
-        let mut image = Image::new();
-        let mut watermark = i64::MIN;
-        if let Some(path) = &args.restore {
-            (image, watermark) = snapshot_file::load(path)?;
-            restore(&mut instance, &image, watermark)?;
-            println!(
-                "restore:  {} entries at watermark {watermark} from {}: ok",
-                image.len(),
-                path.display()
-            );
-        }
-        let to = args.watermark.unwrap_or(i64::MAX).max(watermark);
-        let changes = exercise(&mut instance, &records, to)?;
-        // What a checkpoint holds after this round: the restored state with the
-        // round's changes applied (removals delete).
-        for (key, value) in changes.iter() {
-            match value {
-                Some(value) => image.insert(key.to_vec(), value.to_vec()),
-                None => image.remove(key),
-            };
-        }
-        // A restart from that checkpoint: a freshly initialised instance restores it.
-        let mut fresh = start()?;
-        restore(&mut fresh, &image, to)?;
-        println!("restore:  ok into a fresh instance ({} entries)", image.len());
-        if let Some(path) = &args.save_snapshot {
-            snapshot_file::save(path, &args.plugin, to, &image)?;
-            println!("saved:    {} entries at watermark {to} to {}", image.len(), path.display());
-        }
+        call_every_export(&args, &plugin, limits)?;
     }
     println!("ok: {} can run as a weir operator", plugin.path().display());
+    Ok(())
+}
+
+/// `init`, then (after restoring `--restore`, if given) every other export once, as a
+/// job would; saves the state it ends with to `--save-snapshot`, if given.
+fn call_every_export(args: &CheckArgs, plugin: &Plugin, limits: Limits) -> anyhow::Result<()> {
+    let entries = args.config.len();
+    let start = || {
+        OperatorInstance::new(plugin, limits, args.config.clone(), "check".into()).map_err(
+            |err| {
+                anyhow::anyhow!("{err} (with --config key=value, or skip init with --no-init)")
+            },
+        )
+    };
+    let mut records = args.records.clone();
+    if let Some(path) = &args.records_file {
+        records.extend(read_records_file(path)?);
+    }
+    let mut instance = start()?;
+    println!(
+        "init:     ok with {entries} config entr{}",
+        if entries == 1 { "y" } else { "ies" }
+    );
+    let mut image = Image::new();
+    let mut watermark = i64::MIN;
+    if let Some(path) = &args.restore {
+        (image, watermark) = snapshot_file::load(path)?;
+        restore(&mut instance, &image, watermark)?;
+        println!(
+            "restore:  {} entries at watermark {watermark} from {}: ok",
+            image.len(),
+            path.display()
+        );
+    }
+    let to = args.watermark.unwrap_or(i64::MAX).max(watermark);
+    let changes = exercise(&mut instance, &records, to)?;
+    // What a checkpoint holds after this round: the restored state with the
+    // round's changes applied (removals delete).
+    for (key, value) in changes.iter() {
+        match value {
+            Some(value) => image.insert(key.to_vec(), value.to_vec()),
+            None => image.remove(key),
+        };
+    }
+    // A restart from that checkpoint: a freshly initialised instance restores it.
+    let mut fresh = start()?;
+    restore(&mut fresh, &image, to)?;
+    println!("restore:  ok into a fresh instance ({} entries)", image.len());
+    if let Some(path) = &args.save_snapshot {
+        snapshot_file::save(path, &args.plugin, to, &image)?;
+        println!("saved:    {} entries at watermark {to} to {}", image.len(), path.display());
+    }
     Ok(())
 }
 
