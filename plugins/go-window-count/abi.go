@@ -169,7 +169,7 @@ type Output struct {
 }
 
 // Emit appends a keyed record.
-func (o *Output) Emit(key, value []byte, timestamp int64) {
+func (o *Output) Emit(key string, value []byte, timestamp int64) {
 	var entry [32]byte
 	entry[0] = 1 // has-key
 	binary.LittleEndian.PutUint32(entry[4:], uint32(len(o.data)))
@@ -186,30 +186,78 @@ func (o *Output) flat() []uint32 {
 	return []uint32{keep(o.data), uint32(len(o.data)), keep(o.entries), uint32(len(o.entries) / 32), 0, 0}
 }
 
-// StateEntry is one key's new state, or its removal.
+// Reused from call to call, so that a call allocates little: every allocation brings
+// the next collection closer, and a collection scans all of the operator's state.
+var (
+	records []Record
+	emitted Output
+	changes Chunk
+)
+
+// recordBuffer is room for n records, valid until the next call.
+func recordBuffer(n int) []Record {
+	if cap(records) < n {
+		records = make([]Record, n)
+	}
+	return records[:n]
+}
+
+// output is an empty Output, valid until the next call (flat copies what it holds).
+func output() *Output {
+	emitted.data, emitted.entries = emitted.data[:0], emitted.entries[:0]
+	return &emitted
+}
+
+// chunk is an empty Chunk, valid until the next call (flat copies what it holds).
+func chunk() *Chunk {
+	changes.data, changes.entries, changes.count = changes.data[:0], changes.entries[:0], 0
+	return &changes
+}
+
+// StateEntry is one restored key's state (Removed: a removal, which restore refuses).
 type StateEntry struct {
 	Key     []byte
 	Value   []byte
 	Removed bool
 }
 
-func packChunk(changes []StateEntry) []uint32 {
-	var data, entries []byte
-	for _, change := range changes {
-		var entry [20]byte
-		binary.LittleEndian.PutUint32(entry[0:], uint32(len(data)))
-		binary.LittleEndian.PutUint32(entry[4:], uint32(len(change.Key)))
-		data = append(data, change.Key...)
-		if change.Removed {
-			entry[16] = 1
-		} else {
-			binary.LittleEndian.PutUint32(entry[8:], uint32(len(data)))
-			binary.LittleEndian.PutUint32(entry[12:], uint32(len(change.Value)))
-			data = append(data, change.Value...)
-		}
-		entries = append(entries, entry[:]...)
-	}
-	return []uint32{keep(data), uint32(len(data)), keep(entries), uint32(len(changes))}
+// Chunk collects state entries packed as a state chunk: keys and values back to back.
+type Chunk struct {
+	data    []byte
+	entries []byte
+	count   int
+}
+
+// Put appends key's new state.
+func (c *Chunk) Put(key string, value []byte) {
+	var entry [20]byte
+	binary.LittleEndian.PutUint32(entry[0:], uint32(len(c.data)))
+	binary.LittleEndian.PutUint32(entry[4:], uint32(len(key)))
+	c.data = append(c.data, key...)
+	binary.LittleEndian.PutUint32(entry[8:], uint32(len(c.data)))
+	binary.LittleEndian.PutUint32(entry[12:], uint32(len(value)))
+	c.data = append(c.data, value...)
+	c.entries = append(c.entries, entry[:]...)
+	c.count++
+}
+
+// Remove appends key's removal.
+func (c *Chunk) Remove(key string) {
+	var entry [20]byte
+	binary.LittleEndian.PutUint32(entry[0:], uint32(len(c.data)))
+	binary.LittleEndian.PutUint32(entry[4:], uint32(len(key)))
+	c.data = append(c.data, key...)
+	entry[16] = 1 // removed
+	c.entries = append(c.entries, entry[:]...)
+	c.count++
+}
+
+// Size is the bytes of keys and values so far; Count the entries.
+func (c *Chunk) Size() int  { return len(c.data) }
+func (c *Chunk) Count() int { return c.count }
+
+func (c *Chunk) flat() []uint32 {
+	return []uint32{keep(c.data), uint32(len(c.data)), keep(c.entries), uint32(c.count)}
 }
 
 //go:wasmimport weir:operator/log@0.2.0 log
@@ -252,7 +300,7 @@ func exportProcess(data unsafe.Pointer, dataLen uint32, entries unsafe.Pointer, 
 	defer endCall()
 	bytes := view(data, dataLen)
 	raw := view(entries, count*32)
-	records := make([]Record, count)
+	records := recordBuffer(int(count))
 	for i := range records {
 		entry := raw[i*32:]
 		field := func(at int) uint32 { return binary.LittleEndian.Uint32(entry[at:]) }
@@ -263,8 +311,8 @@ func exportProcess(data unsafe.Pointer, dataLen uint32, entries unsafe.Pointer, 
 			Timestamp: int64(binary.LittleEndian.Uint64(entry[24:])),
 		}
 	}
-	var out Output
-	err := operator.Process(records, &out)
+	out := output()
+	err := operator.Process(records, out)
 	return returnResult(err, out.flat()...)
 }
 
@@ -272,8 +320,8 @@ func exportProcess(data unsafe.Pointer, dataLen uint32, entries unsafe.Pointer, 
 func exportOnWatermark(watermark int64) unsafe.Pointer {
 	beginCall()
 	defer endCall()
-	var out Output
-	err := operator.OnWatermark(watermark, &out)
+	out := output()
+	err := operator.OnWatermark(watermark, out)
 	return returnResult(err, out.flat()...)
 }
 
@@ -281,8 +329,9 @@ func exportOnWatermark(watermark int64) unsafe.Pointer {
 func exportSnapshot(maxBytes uint32) unsafe.Pointer {
 	beginCall()
 	defer endCall()
-	changes, err := operator.Snapshot(maxBytes)
-	return returnResult(err, packChunk(changes)...)
+	out := chunk()
+	err := operator.Snapshot(maxBytes, out)
+	return returnResult(err, out.flat()...)
 }
 
 //go:wasmexport restore

@@ -40,7 +40,9 @@ type windowCount struct {
 	late        uint64
 	keys        map[string]*keyState
 	dirty       []*keyState
-	cursor      int // how far the snapshot round has gone through dirty
+	cursor      int     // how far the snapshot round has gone through dirty
+	fired       []fired // reused by OnWatermark
+	scratch     []byte  // reused by Snapshot
 }
 
 var operator = &windowCount{watermark: noWatermark, earliestEnd: math.MaxInt64, keys: map[string]*keyState{}}
@@ -123,7 +125,7 @@ func (w *windowCount) OnWatermark(to int64, out *Output) error {
 	if w.earliestEnd > to { // nothing ends yet: the common case, no scan
 		return nil
 	}
-	var done []fired
+	done := w.fired[:0]
 	next := int64(math.MaxInt64)
 	for _, k := range w.keys {
 		n := 0
@@ -140,6 +142,7 @@ func (w *windowCount) OnWatermark(to int64, out *Output) error {
 		}
 	}
 	w.earliestEnd = next
+	w.fired = done[:0]
 	// By window end (all windows are one size, so by start), then key bytes.
 	sort.Slice(done, func(i, j int) bool {
 		if done[i].start != done[j].start {
@@ -159,44 +162,46 @@ func (w *windowCount) OnWatermark(to int64, out *Output) error {
 		value = append(value, `,"count":`...)
 		value = strconv.AppendUint(value, f.count, 10)
 		value = append(value, '}')
-		out.Emit([]byte(f.key), value, end-1)
+		out.Emit(f.key, value, end-1)
 	}
 	return nil
 }
 
-// A key's entry: the state version, window_ms (a restore with another is refused),
-// then each open window's start and count, little-endian.
-func (w *windowCount) encode(k *keyState) []byte {
-	entry := make([]byte, 9, 9+16*len(k.windows))
-	entry[0] = stateVersion
-	binary.LittleEndian.PutUint64(entry[1:], uint64(w.windowMs))
+// encode appends k's entry to buf: the state version, window_ms (a restore with
+// another is refused), then each open window's start and count, little-endian.
+func (w *windowCount) encode(buf []byte, k *keyState) []byte {
+	buf = append(buf, stateVersion)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(w.windowMs))
 	for _, win := range k.windows {
-		entry = binary.LittleEndian.AppendUint64(entry, uint64(win.start))
-		entry = binary.LittleEndian.AppendUint64(entry, win.count)
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(win.start))
+		buf = binary.LittleEndian.AppendUint64(buf, win.count)
 	}
-	return entry
+	return buf
 }
 
-func (w *windowCount) Snapshot(maxBytes uint32) ([]StateEntry, error) {
-	var changes []StateEntry
-	size := 0
+func (w *windowCount) Snapshot(maxBytes uint32, out *Chunk) error {
 	for ; w.cursor < len(w.dirty); w.cursor++ {
 		k := w.dirty[w.cursor]
-		if len(k.windows) == 0 && !k.persisted { // born and emptied between snapshots
+		removed := len(k.windows) == 0
+		if removed && !k.persisted { // born and emptied between snapshots
 			continue
 		}
-		change := StateEntry{Key: []byte(k.key), Removed: len(k.windows) == 0}
-		if !change.Removed {
-			change.Value = w.encode(k)
+		size := len(k.key)
+		if !removed {
+			size += 9 + 16*len(k.windows)
 		}
-		if len(changes) > 0 && size+len(change.Key)+len(change.Value) > int(maxBytes) {
+		if out.Count() > 0 && out.Size()+size > int(maxBytes) {
 			break // the next call takes it
 		}
-		size += len(change.Key) + len(change.Value)
-		k.persisted = !change.Removed
-		changes = append(changes, change)
+		if removed {
+			out.Remove(k.key)
+		} else {
+			w.scratch = w.encode(w.scratch[:0], k)
+			out.Put(k.key, w.scratch)
+		}
+		k.persisted = !removed
 	}
-	if len(changes) == 0 { // the empty chunk ends the round
+	if out.Count() == 0 { // the empty chunk ends the round
 		for _, k := range w.dirty {
 			k.dirty = false
 			if len(k.windows) == 0 {
@@ -206,7 +211,7 @@ func (w *windowCount) Snapshot(maxBytes uint32) ([]StateEntry, error) {
 		clear(w.dirty) // no reference to a forgotten key stays behind
 		w.dirty, w.cursor = w.dirty[:0], 0
 	}
-	return changes, nil
+	return nil
 }
 
 func (w *windowCount) Restore(entries []StateEntry) error {
@@ -316,4 +321,3 @@ func utf8Sequence(text []byte) (int, int) {
 	}
 	return want, 0
 }
-
