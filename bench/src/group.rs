@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,11 +52,10 @@ pub(crate) fn member(brokers: &str, topic: &str, group: &str, protocol: Protocol
     }
     let consumer: BaseConsumer = config.create().context("creating the member's consumer")?;
     consumer.subscribe(&[topic]).context("subscribing")?;
-    let terminated = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    signal_hook_term(&terminated);
+    leave_on_sigterm();
     let mut last: Option<BTreeSet<i32>> = None;
     let mut stdout = std::io::stdout();
-    while !terminated.load(std::sync::atomic::Ordering::Relaxed) {
+    while !TERMINATED.load(Ordering::Relaxed) {
         if let Some(Err(error)) = consumer.poll(Duration::from_millis(20)) {
             eprintln!("group-member: {error}");
         }
@@ -72,14 +72,12 @@ pub(crate) fn member(brokers: &str, topic: &str, group: &str, protocol: Protocol
     Ok(())
 }
 
-/// SIGTERM sets `flag` (the member then leaves the group as it closes).
-fn signal_hook_term(flag: &Arc<std::sync::atomic::AtomicBool>) {
-    static FLAG: std::sync::OnceLock<Arc<std::sync::atomic::AtomicBool>> = std::sync::OnceLock::new();
-    let _ = FLAG.set(flag.clone());
+/// Set by SIGTERM: the member then leaves the group as it closes.
+static TERMINATED: AtomicBool = AtomicBool::new(false);
+
+fn leave_on_sigterm() {
     extern "C" fn on_term(_: libc::c_int) {
-        if let Some(flag) = FLAG.get() {
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+        TERMINATED.store(true, Ordering::Relaxed);
     }
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {

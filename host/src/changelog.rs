@@ -24,7 +24,7 @@ use crate::checkpoint::layout::{self, ChangelogRecord};
 use crate::checkpoint::store::{Checkpoint, CheckpointStore, StateBase};
 use crate::dataflow::{KeyGroups, TaskFailure};
 use crate::job::{Delivery, Job};
-use crate::sink::Sink;
+use crate::sink::{Sink, SinkError};
 use crate::source;
 use crate::state::StateChanges;
 
@@ -44,6 +44,33 @@ const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 /// The changelog topic of `job`: `changelog_topic`, else `<name>-changelog`.
 pub(crate) fn topic(job: &Job) -> String {
     job.changelog_topic.clone().unwrap_or_else(|| format!("{}-changelog", job.name))
+}
+
+/// Writes one stage's state entries to the changelog in the open transaction: a record
+/// per key as `checkpoint::layout` encodes it, in the partition of its key group.
+pub(crate) struct StateWriter<'a> {
+    sink: &'a Sink,
+    topic: &'a str,
+    stage: u32,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl<'a> StateWriter<'a> {
+    pub(crate) fn new(sink: &'a Sink, topic: &'a str, stage: u32) -> Self {
+        Self { sink, topic, stage, key: Vec::new(), value: Vec::new() }
+    }
+
+    /// Writes `key`'s new state (`None`: its removal); returns the record's bytes.
+    pub(crate) fn send(&mut self, group: u32, key: &[u8], state: Option<&[u8]>) -> Result<usize, SinkError> {
+        layout::changelog_key_into(self.stage, key, &mut self.key);
+        let value = state.map(|state| {
+            layout::changelog_value_into(state, &mut self.value);
+            &self.value[..]
+        });
+        self.sink.send_changelog(self.topic, group as i32, &self.key, value)?;
+        Ok(self.key.len() + value.map_or(0, <[u8]>::len))
+    }
 }
 
 /// What recovery must do with the changelog before the job runs.
@@ -189,16 +216,12 @@ pub(crate) fn reseed(
     tracing::warn!(checkpoint = n, "the changelog topic `{topic}` lost the job's state ({why}): writing the state_dir's state into it again");
     let ends = Ends::new(job)?.all(key_groups.count())?;
     store.begin_reseed(n, &ends)?;
-    let (mut key, mut value) = (Vec::new(), Vec::new());
     let (mut entries, mut transactions, mut pending) = (0, 0, 0);
     for stage in 0..stages {
+        let mut writer = StateWriter::new(sink, &topic, stage);
         entries += store.read_state(stage, 0..key_groups.count(), RESEED_CHUNK_BYTES, |chunk| -> Result<(), TaskFailure> {
-            for (state_key, state) in chunk.iter() {
-                let group = key_groups.group_of(Some(state_key));
-                layout::changelog_key_into(stage, state_key, &mut key);
-                layout::changelog_value_into(state.unwrap_or_default(), &mut value);
-                sink.send_changelog(&topic, group as i32, &key, Some(&value))?;
-                pending += key.len() + value.len();
+            for (key, state) in chunk.iter() {
+                pending += writer.send(key_groups.group_of(Some(key)), key, state)?;
             }
             if pending >= RESEED_TRANSACTION_BYTES {
                 sink.commit_alone()?;

@@ -229,25 +229,23 @@ type Chunk struct {
 }
 
 // Put appends key's new state.
-func (c *Chunk) Put(key string, value []byte) {
-	var entry [20]byte
-	binary.LittleEndian.PutUint32(entry[0:], uint32(len(c.data)))
-	binary.LittleEndian.PutUint32(entry[4:], uint32(len(key)))
-	c.data = append(c.data, key...)
-	binary.LittleEndian.PutUint32(entry[8:], uint32(len(c.data)))
-	binary.LittleEndian.PutUint32(entry[12:], uint32(len(value)))
-	c.data = append(c.data, value...)
-	c.entries = append(c.entries, entry[:]...)
-	c.count++
-}
+func (c *Chunk) Put(key string, value []byte) { c.add(key, value, false) }
 
 // Remove appends key's removal.
-func (c *Chunk) Remove(key string) {
+func (c *Chunk) Remove(key string) { c.add(key, nil, true) }
+
+func (c *Chunk) add(key string, value []byte, removed bool) {
 	var entry [20]byte
 	binary.LittleEndian.PutUint32(entry[0:], uint32(len(c.data)))
 	binary.LittleEndian.PutUint32(entry[4:], uint32(len(key)))
 	c.data = append(c.data, key...)
-	entry[16] = 1 // removed
+	if removed {
+		entry[16] = 1
+	} else {
+		binary.LittleEndian.PutUint32(entry[8:], uint32(len(c.data)))
+		binary.LittleEndian.PutUint32(entry[12:], uint32(len(value)))
+		c.data = append(c.data, value...)
+	}
 	c.entries = append(c.entries, entry[:]...)
 	c.count++
 }

@@ -513,11 +513,7 @@ impl CheckpointStore {
         self.discard_legacy_deltas(&mut batch);
         // Synced: a discarded checkpoint must not reappear after a crash and be taken for a
         // newer one when checkpoint ids are reused.
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
-        self.db
-            .write_opt(batch, &sync)
-            .map_err(|source| self.rocks(format!("discarding checkpoints after {n}"), source))?;
+        self.write_synced(batch, || format!("discarding checkpoints after {n}"))?;
         self.lock_unsealed().split_off(&next);
         Ok(())
     }
@@ -594,6 +590,13 @@ impl CheckpointStore {
         let mut key = self.prefix.clone();
         key.extend_from_slice(&[0xff; 9]);
         key
+    }
+
+    /// Writes `batch` and waits until it is on disk: for what a crash must not undo.
+    fn write_synced(&self, batch: WriteBatch, action: impl FnOnce() -> String) -> Result<(), StoreError> {
+        let mut sync = WriteOptions::default();
+        sync.set_sync(true);
+        self.db.write_opt(batch, &sync).map_err(|source| self.rocks(action(), source))
     }
 
     fn rocks(&self, action: String, source: rocksdb::Error) -> StoreError {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
+use crate::changelog;
 use crate::checkpoint::layout::{self, TaskId};
 use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, TaskFailure};
 use crate::metrics::{Counter, OperatorMetrics};
@@ -273,15 +274,9 @@ impl OperatorTask<'_> {
     /// Writes a checkpoint's changes to the changelog: one record per key, partition =
     /// its key group.
     fn write_changes(&self, changes: &StateChanges) -> Result<(), TaskFailure> {
-        let out = self.state_out;
-        let (mut key, mut value) = (Vec::new(), Vec::new());
-        for (group, state_key, state) in changes.entries() {
-            layout::changelog_key_into(self.stage, state_key, &mut key);
-            let state = state.map(|state| {
-                layout::changelog_value_into(state, &mut value);
-                &value[..]
-            });
-            out.sink.send_changelog(out.changelog_topic, group as i32, &key, state)?;
+        let mut writer = changelog::StateWriter::new(self.state_out.sink, self.state_out.changelog_topic, self.stage);
+        for (group, key, state) in changes.entries() {
+            writer.send(group, key, state)?;
         }
         Ok(())
     }

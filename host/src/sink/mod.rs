@@ -259,15 +259,7 @@ impl Sink {
             }
             Delivery::AtLeastOnce => {
                 self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
-                let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
-                if failed > 0 {
-                    let first = self.producer.context().first_failure.lock().expect("lock").take();
-                    return Err(SinkError::Undelivered {
-                        topic: self.topic.clone(),
-                        count: failed,
-                        first: first.unwrap_or_default(),
-                    });
-                }
+                self.delivered()?;
                 self.offsets
                     .commit(&list, CommitMode::Sync)
                     .map_err(|e| self.error("committing offsets", e))
@@ -285,15 +277,19 @@ impl Sink {
                 self.producer.commit_transaction(TXN_TIMEOUT).map_err(|e| self.error("commit_transaction", e))?;
                 self.begin()
             }
-            Delivery::AtLeastOnce => {
-                let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
-                if failed > 0 {
-                    let first = self.producer.context().first_failure.lock().expect("lock").take();
-                    return Err(SinkError::Undelivered { topic: self.topic.clone(), count: failed, first: first.unwrap_or_default() });
-                }
-                Ok(())
-            }
+            Delivery::AtLeastOnce => self.delivered(),
         }
+    }
+
+    /// At-least-once, after a flush: an error if any record handed over since the last
+    /// check was not delivered.
+    fn delivered(&self) -> Result<(), SinkError> {
+        let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
+        if failed > 0 {
+            let first = self.producer.context().first_failure.lock().expect("lock").take();
+            return Err(SinkError::Undelivered { topic: self.topic.clone(), count: failed, first: first.unwrap_or_default() });
+        }
+        Ok(())
     }
 
     /// Waits until every record handed to the producer is delivered or failed, at most

@@ -102,9 +102,7 @@ impl CheckpointStore {
         batch.delete_range(self.space_key(STATE), self.space_end(STATE));
         batch.delete(self.space_key(BASE));
         batch.delete(self.space_key(RESEED));
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
-        self.db.write_opt(batch, &sync).map_err(|source| self.rocks("clearing the keyed state".into(), source))
+        self.write_synced(batch, || "clearing the keyed state".into())
     }
 
     /// Starts writing the base (checkpoint `n`'s state) into a changelog that lost it,
@@ -118,20 +116,14 @@ impl CheckpointStore {
         frame_into(&key, b"", &mut framed);
         batch.put(&key, framed);
         self.put_base_into(&mut batch, n, positions);
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
-        self.db
-            .write_opt(batch, &sync)
-            .map_err(|source| self.rocks(format!("marking the state of checkpoint {n} for the changelog"), source))
+        self.write_synced(batch, || format!("marking the state of checkpoint {n} for the changelog"))
     }
 
     /// The changelog holds the base again (a reseed's last transaction committed). Synced.
     pub fn end_reseed(&self) -> Result<(), StoreError> {
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
-        self.db
-            .delete_opt(self.space_key(RESEED), &sync)
-            .map_err(|source| self.rocks("clearing the reseed marker".into(), source))
+        let mut batch = WriteBatch::default();
+        batch.delete(self.space_key(RESEED));
+        self.write_synced(batch, || "clearing the reseed marker".into())
     }
 
     /// True while a reseed of the changelog has not been committed.
@@ -209,11 +201,7 @@ impl CheckpointStore {
     pub fn mark_state(&self, n: u64, positions: &BTreeMap<i32, i64>) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
         self.put_base_into(&mut batch, n, positions);
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
-        self.db
-            .write_opt(batch, &sync)
-            .map_err(|source| self.rocks(format!("marking the state as that of checkpoint {n}"), source))
+        self.write_synced(batch, || format!("marking the state as that of checkpoint {n}"))
     }
 
     /// Deletes the per-checkpoint changes an older weir kept (part of `discard_after`).
