@@ -36,53 +36,9 @@ fn stop_and_compare(job: &JobDir, child: &mut std::process::Child, input: &[clic
     assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
     for (partition, key, _) in &committed {
         let key = key.as_deref().expect("window counts are keyed");
-        assert_eq!(*partition, java_partition(key, PARTITIONS), "key {key:?} is not where a Java producer puts it");
+        assert_eq!(*partition, clicks::java_partition(key, PARTITIONS), "key {key:?} is not where a Java producer puts it");
     }
     metrics
-}
-
-/// The partition the Java client's default partitioner picks for a keyed record.
-fn java_partition(key: &[u8], partitions: i32) -> i32 {
-    ((murmur2(key) & 0x7fff_ffff) % partitions as u32) as i32
-}
-
-/// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`).
-fn murmur2(data: &[u8]) -> u32 {
-    const SEED: u32 = 0x9747_b28c;
-    const M: u32 = 0x5bd1_e995;
-    let mut h = SEED ^ data.len() as u32;
-    let mut chunks = data.chunks_exact(4);
-    for chunk in &mut chunks {
-        let mut k = u32::from_le_bytes(chunk.try_into().unwrap());
-        k = k.wrapping_mul(M);
-        k ^= k >> 24;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M) ^ k;
-    }
-    let tail = chunks.remainder();
-    if tail.len() >= 3 {
-        h ^= u32::from(tail[2]) << 16;
-    }
-    if tail.len() >= 2 {
-        h ^= u32::from(tail[1]) << 8;
-    }
-    if !tail.is_empty() {
-        h ^= u32::from(tail[0]);
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^ (h >> 15)
-}
-
-#[test]
-fn murmur2_matches_the_java_client() {
-    // Values from the Java client's own partitioner tests.
-    assert_eq!(murmur2(b"21") as i32, -973932308);
-    assert_eq!(murmur2(b"foobar") as i32, -790332482);
-    assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985981536);
-    assert_eq!(murmur2(b"a-little-bit-longer-string") as i32, -1486304829);
-    assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32, -58897971);
 }
 
 #[test]
@@ -142,24 +98,6 @@ fn random_kills() -> usize {
     std::env::var("WEIR_CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(20)
 }
 
-/// The seed of the random kill points: `WEIR_CRASH_SEED` replays a failed run.
-fn crash_seed() -> u64 {
-    let seed = std::env::var("WEIR_CRASH_SEED").ok().and_then(|n| n.parse().ok()).unwrap_or_else(|| {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_nanos();
-        (nanos as u64) | 1
-    });
-    eprintln!("crash seed {seed} (replay with WEIR_CRASH_SEED={seed})");
-    seed
-}
-
-/// xorshift64: the next pseudo-random number of `state`.
-fn next_random(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 /// Every step of the protocol, at the job's first checkpoint and at a later one, in the
 /// order one job meets them: each run is killed by the switch at exactly that point.
 const STEP_KILLS: [(&str, u64); 9] = [
@@ -208,10 +146,10 @@ fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, see
     let mut state = seed;
     let mut while_running = 0;
     for _ in 0..kills {
-        if lose_state && next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
+        if lose_state && support::next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
             std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
         }
-        let delay = Duration::from_millis(next_random(&mut state) % 2500);
+        let delay = Duration::from_millis(support::next_random(&mut state) % 2500);
         let running_before = job::count_in_log(log, "recovered; running");
         let mut child = job::start(&job.path(), log, &[]);
         let started = Instant::now();
@@ -248,7 +186,7 @@ fn port_survives_sigkill(plugin: &str) {
     let mut child = job::start(&job.path(), &log, &[]);
     job::wait_for_log(&log, "restored keyed state", Duration::from_secs(60));
     job::kill(&mut child);
-    kill_at_random_moments(&job, &log, 4, crash_seed(), true);
+    kill_at_random_moments(&job, &log, 4, support::crash_seed(), true);
     let input = producer.join().expect("producer thread");
     let mut child = job::start(&job.path(), &log, &[]);
     stop_and_compare(&job, &mut child, &input, &log);
@@ -277,7 +215,7 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     job.window_count(2, 100, WINDOW_MS as u64, "");
     let log = job.dir.path().join("weir.log");
     let kills = random_kills();
-    let seed = crash_seed();
+    let seed = support::crash_seed();
 
     let producer = produce_while_killing(&job.input, seed);
     kill_at_every_protocol_step(&job, &log);
@@ -318,7 +256,7 @@ fn at_least_once_loses_nothing_under_sigkill() {
     topics(&job);
     job.window_count(2, 100, WINDOW_MS as u64, "delivery = \"at-least-once\"");
     let log = job.dir.path().join("weir.log");
-    let seed = crash_seed();
+    let seed = support::crash_seed();
     let producer = produce_while_killing(&job.input, seed);
     // Killed after a commit and before its fold: the restart replays the changelog's
     // tail, which must hold nothing of a later checkpoint (written outside transactions,
@@ -365,24 +303,8 @@ fn wait_for_another(log: &std::path::Path, needle: &str, within: Duration) {
     job::wait_for_more(log, needle, job::count_in_log(log, needle), within);
 }
 
-/// Input that arrives in `chunks` chunks of 2,500 records 300 ms apart, then the flush
-/// records. Returns everything produced.
 fn produce_paced(topic: &str, seed: u64, chunks: usize) -> std::thread::JoinHandle<Vec<clicks::Input>> {
-    let topic = topic.to_string();
-    std::thread::spawn(move || {
-        let mut clicks = Clicks::new(seed, PARTITIONS, 500);
-        let mut all = Vec::new();
-        for _ in 0..chunks {
-            let chunk = clicks.take(2_500);
-            support::produce(&topic, &chunk);
-            all.extend(chunk);
-            std::thread::sleep(Duration::from_millis(300)); // pacing, not synchronisation
-        }
-        let flush = clicks.flush();
-        support::produce(&topic, &flush);
-        all.extend(flush);
-        all
-    })
+    clicks::produce_paced(topic, seed, PARTITIONS, chunks, false)
 }
 
 #[test]
@@ -392,7 +314,7 @@ fn rescaling_between_runs_keeps_the_output_exact() {
     let job = job::job_dir("wc-rescale");
     topics(&job);
     let log = job.dir.path().join("weir.log");
-    let producer = produce_paced(&job.input, crash_seed(), 30);
+    let producer = produce_paced(&job.input, support::crash_seed(), 30);
 
     job.window_count(2, 100, WINDOW_MS as u64, "");
     let mut child = job::start(&job.path(), &log, &[]);

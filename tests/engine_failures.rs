@@ -190,7 +190,7 @@ fn a_takeover_fences_the_old_instance_and_the_output_stays_exact() {
     let status = job::wait(&mut old, Duration::from_secs(90)).expect("the fenced instance must stop");
     assert!(!status.success(), "the fenced instance exited with {status}");
     let text = job::read_log(&old_log);
-    assert!(text.contains("took over the job and fenced this one"), "unclear error:\n{text}");
+    assert!(text.contains("took over and fenced this one"), "unclear error:\n{text}");
 
     let mut tail = Tail::new(&job.output, PARTITIONS);
     assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", job::read_log(&new_log));

@@ -16,6 +16,7 @@ mod checkpoint_format;
 mod engine_broker_restart;
 mod engine_exactly_once;
 mod engine_failures;
+mod engine_scale_out;
 mod job_file;
 mod operator_c_go;
 mod operator_cli;

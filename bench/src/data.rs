@@ -26,6 +26,9 @@ pub(crate) struct Workload {
     pub(crate) keys: u32,
     pub(crate) partitions: i32,
     pub(crate) seed: u64,
+    /// Each record in the partition Kafka's default partitioner picks for its key: input
+    /// co-partitioned by key, as a scaled-out job needs.
+    pub(crate) keyed: bool,
 }
 
 /// One input record, before formatting.
@@ -41,11 +44,12 @@ pub(crate) struct Rec {
 impl Workload {
     /// The N data records in production order (event time non-decreasing on each partition).
     pub(crate) fn records(&self) -> impl Iterator<Item = Rec> + use<> {
-        let (keys, partitions) = (self.keys as u64, self.partitions as u64);
+        let (keys, partitions, keyed) = (self.keys as u64, self.partitions as u64, self.keyed);
         let mut rng = SplitMix64(self.seed);
         (0..self.records).map(move |i| {
             let key = (rng.next() % keys) as u32;
-            let partition = (rng.next() % partitions) as i32;
+            let drawn = (rng.next() % partitions) as i32;
+            let partition = if keyed { java_partition(self::key(key).as_bytes(), partitions as i32) } else { drawn };
             Rec {
                 partition,
                 key,
@@ -54,6 +58,15 @@ impl Workload {
                 session: rng.next(),
             }
         })
+    }
+
+    /// The key of partition `partition`'s flush record: one of its own when keyed.
+    pub(crate) fn flush_key(&self, partition: i32) -> String {
+        if !self.keyed {
+            return FLUSH_KEY.to_string();
+        }
+        let keyed = (0..).map(|i| format!("{FLUSH_KEY}-{i}")).find(|key| java_partition(key.as_bytes(), self.partitions) == partition);
+        keyed.expect("some key lands in every partition")
     }
 
     /// Event time of the flush records.
@@ -78,6 +91,33 @@ pub(crate) fn flush_value(partition: i32) -> String {
     format!("{{\"flush\":true,\"partition\":{partition}}}")
 }
 
+/// The partition the Java client's default partitioner picks for `key`.
+fn java_partition(key: &[u8], partitions: i32) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % partitions as u32) as i32
+}
+
+/// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`).
+fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    let mut h = SEED ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let k = u32::from_le_bytes(chunk.try_into().expect("four bytes")).wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ (k ^ (k >> 24)).wrapping_mul(M);
+    }
+    let tail = chunks.remainder();
+    for (i, &byte) in tail.iter().enumerate().rev() {
+        h ^= u32::from(byte) << (8 * i);
+    }
+    if !tail.is_empty() {
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^ (h >> 15)
+}
+
 /// Small, fast and stable across platforms and releases (unlike a library RNG's stream).
 struct SplitMix64(u64);
 
@@ -99,7 +139,29 @@ mod tests {
     use crate::reference::{self, Kind, WINDOW_MS, WindowCounts};
 
     /// The `--quick` input: what CI checks weir with.
-    const QUICK: Workload = Workload { records: 200_000, keys: 100_000, partitions: 4, seed: 42 };
+    const QUICK: Workload = Workload { records: 200_000, keys: 100_000, partitions: 4, seed: 42, keyed: false };
+
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        assert_eq!(murmur2(b"21") as i32, -973932308);
+        assert_eq!(murmur2(b"foobar") as i32, -790332482);
+        assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985981536);
+        assert_eq!(murmur2(b"a-little-bit-longer-string") as i32, -1486304829);
+    }
+
+    #[test]
+    fn keyed_input_is_co_partitioned_and_keeps_event_time_in_order() {
+        let keyed = Workload { keyed: true, partitions: 12, ..QUICK };
+        let mut last = vec![i64::MIN; 12];
+        for r in keyed.records() {
+            assert_eq!(r.partition, java_partition(key(r.key).as_bytes(), 12));
+            assert!(r.ts >= last[r.partition as usize]);
+            last[r.partition as usize] = r.ts;
+        }
+        for p in 0..12 {
+            assert_eq!(java_partition(keyed.flush_key(p).as_bytes(), 12), p);
+        }
+    }
 
     #[test]
     fn event_time_never_goes_back_within_a_partition() {

@@ -44,8 +44,8 @@ pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload, flush: bool) 
         }
     }
     for p in (0..workload.partitions).filter(|_| flush) {
-        let value = data::flush_value(p);
-        let record = BaseRecord::to(topic).partition(p).key(data::FLUSH_KEY).payload(value.as_str()).timestamp(workload.flush_ts());
+        let (key, value) = (workload.flush_key(p), data::flush_value(p));
+        let record = BaseRecord::to(topic).partition(p).key(key.as_str()).payload(value.as_str()).timestamp(workload.flush_ts());
         send(&producer, record)?;
     }
     producer.flush(topics::WAIT).with_context(|| format!("flushing the last records to {topic}"))?;

@@ -117,7 +117,8 @@ fn live(spec: &Spec<'_>, clock: Clock) -> anyhow::Result<Produced> {
     let flush_ts = clock.now_ms() + FLUSH_AFTER_MS;
     for p in 0..spec.workload.partitions {
         let value = data::flush_value(p);
-        send(&producer, BaseRecord::to(spec.input).partition(p).key(data::FLUSH_KEY).payload(value.as_str()).timestamp(flush_ts))?;
+        let key = spec.workload.flush_key(p);
+        send(&producer, BaseRecord::to(spec.input).partition(p).key(key.as_str()).payload(value.as_str()).timestamp(flush_ts))?;
     }
     producer.flush(topics::WAIT).with_context(|| format!("flushing the last records to {}", spec.input))?;
     producer.poll(Duration::ZERO);

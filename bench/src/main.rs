@@ -7,6 +7,7 @@
 mod chart;
 mod copier;
 mod data;
+mod failover;
 mod generate;
 mod group;
 mod latency;
@@ -40,11 +41,15 @@ struct WorkloadArgs {
     partitions: i32,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Each record in its key's partition (Kafka's default partitioner): input
+    /// co-partitioned by key, as a scaled-out job needs.
+    #[arg(long)]
+    keyed: bool,
 }
 
 impl WorkloadArgs {
     fn workload(self) -> data::Workload {
-        data::Workload { records: self.records, keys: self.keys, partitions: self.partitions, seed: self.seed }
+        data::Workload { records: self.records, keys: self.keys, partitions: self.partitions, seed: self.seed, keyed: self.keyed }
     }
 }
 
@@ -165,6 +170,30 @@ enum Cmd {
         #[arg(long, default_value_t = 45_000)]
         session_ms: u64,
     },
+    /// Run a scaled-out weir job's command `--processes` times on keyed input arriving
+    /// at `--rate`; SIGKILL one process `--kills` times and time until its partitions'
+    /// output resumes; check the whole output exactly. Prints one JSON line.
+    ScaleFailover {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        input: String,
+        #[arg(long)]
+        output: String,
+        #[arg(long, default_value_t = 12)]
+        partitions: i32,
+        #[arg(long, default_value_t = 3)]
+        processes: usize,
+        #[arg(long, default_value_t = 10)]
+        kills: usize,
+        #[arg(long, default_value_t = 5000)]
+        rate: u64,
+        /// Where the processes' logs go.
+        #[arg(long)]
+        logs: PathBuf,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// One member of `group-failover` (prints its assignment as it changes).
     GroupMember {
         #[arg(long)]
@@ -239,6 +268,20 @@ fn main() -> anyhow::Result<()> {
             topics::delete(&brokers, &[topic])?;
             outcome
         }
+        Cmd::ScaleFailover { brokers, input, output, partitions, processes, kills, rate, logs, command } => {
+            let spec = failover::Spec {
+                brokers: &brokers,
+                input: &input,
+                output: &output,
+                partitions,
+                processes,
+                kills,
+                rate,
+                command: &command,
+                logs: &logs,
+            };
+            failover::run(&spec)
+        }
         Cmd::GroupMember { brokers, topic, group, protocol, session_ms } => group::member(&brokers, &topic, &group, protocol, session_ms),
         Cmd::Gen { brokers, topic, workload, results, no_flush } => {
             let r = generate::run(&brokers, &topic, &workload.workload(), !no_flush)?;
@@ -305,7 +348,7 @@ fn main() -> anyhow::Result<()> {
 /// One latency run: figures appended to the results file; exits 3 if the output is wrong.
 fn latency(args: LatencyArgs) -> anyhow::Result<()> {
     let LatencyArgs { system, brokers, input, output, rate, seconds, warmup_s, checkpoint_ms, window_ms, offset_ms, run, log, results, command } = args;
-    let workload = data::Workload { records: rate * seconds, keys: 100_000, partitions: 4, seed: 7 + u64::from(run) };
+    let workload = data::Workload { records: rate * seconds, keys: 100_000, partitions: 4, seed: 7 + u64::from(run), keyed: false };
     let outcome = latency::run(&latency::Spec {
         system: &system,
         brokers: &brokers,

@@ -37,7 +37,7 @@ pub(crate) fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
                 .map(|r| digest(data::key(r.key).as_bytes(), data::value(&r).as_bytes()))
                 .collect();
             for p in 0..workload.partitions {
-                out.push(digest(data::FLUSH_KEY.as_bytes(), data::flush_value(p).as_bytes()));
+                out.push(digest(workload.flush_key(p).as_bytes(), data::flush_value(p).as_bytes()));
             }
             out.sort_unstable();
             out

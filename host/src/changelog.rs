@@ -22,7 +22,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, ChangelogRecord};
 use crate::checkpoint::store::{Checkpoint, CheckpointStore, StateBase};
-use crate::dataflow::{KeyGroups, TaskFailure};
+use crate::dataflow::{KeyGroups, Shard, TaskFailure};
 use crate::job::{Delivery, Job};
 use crate::sink::{Sink, SinkError};
 use crate::source;
@@ -106,15 +106,7 @@ pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>,
         ))),
         (Some(found), _) if found != key_groups.count() => Err(wrong_partitions(job, &topic, found, key_groups)),
         (Some(_), checkpoint) => {
-            let policy = topic_config(job, &topic, "cleanup.policy")?;
-            if policy != "compact" {
-                return Err(TaskFailure::Incompatible(format!(
-                    "the changelog topic `{topic}` on {} has cleanup.policy={policy}, but a changelog must be \
-                     compacted and nothing else (with `delete`, retention drops state that was never \
-                     overwritten): set cleanup.policy=compact on it",
-                    job.sink.brokers
-                )));
-            }
+            check_compacted(job, &topic)?;
             if let Some(local) = local {
                 return holds(job, &topic, key_groups, local);
             }
@@ -126,6 +118,83 @@ pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>,
             refuse_earlier_state(job, &topic, key_groups).map(|()| Prepared::Ready)
         }
     }
+}
+
+/// A changelog that is anything but compacted loses state that was never overwritten.
+fn check_compacted(job: &Job, topic: &str) -> Result<(), TaskFailure> {
+    let policy = topic_config(job, topic, "cleanup.policy")?;
+    if policy != "compact" {
+        return Err(TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` on {} has cleanup.policy={policy}, but a changelog must be \
+             compacted and nothing else (with `delete`, retention drops state that was never \
+             overwritten): set cleanup.policy=compact on it",
+            job.sink.brokers
+        )));
+    }
+    Ok(())
+}
+
+/// A process of a scaled-out job: makes sure the changelog exists with one partition per
+/// key group, creating it when none of its partitions has a committed checkpoint (the
+/// job's other processes may be creating it too). The job's key groups are the
+/// existing topic's partition count, else `key_groups`.
+pub(crate) fn prepare_shard(job: &Job, key_groups: KeyGroups, committed: bool) -> Result<KeyGroups, TaskFailure> {
+    let topic = topic(job);
+    match partition_count(job, &topic)? {
+        None if !committed => create(job, &topic, key_groups).map(|()| key_groups),
+        None => Err(TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` on {} does not exist, but Kafka's committed offsets name checkpoints of \
+             this process's partitions: the job's state is gone from Kafka. Restore the topic, or start over \
+             deliberately with empty state by deleting consumer group `{}`",
+            job.sink.brokers, job.name
+        ))),
+        Some(found) if job.key_groups.is_some_and(|wanted| wanted != found) => Err(wrong_partitions(job, &topic, found, key_groups)),
+        Some(found) => check_compacted(job, &topic).map(|()| KeyGroups::new(found)),
+    }
+}
+
+/// A process of a scaled-out job: rebuilds the state of the key groups it owns from
+/// their changelog partitions, read (read_committed) to their end, into the emptied
+/// store; the job's other processes write only the other partitions. A committed
+/// record in a group of a partition without committed offsets (`committed` lists
+/// those with) is an earlier run's state: refused. Returns the entries read.
+pub(crate) fn rebuild_shard(
+    job: &Job,
+    store: &CheckpointStore,
+    key_groups: KeyGroups,
+    shard: &Shard,
+    committed: &BTreeSet<i32>,
+) -> Result<u64, TaskFailure> {
+    let topic = topic(job);
+    store.clear()?;
+    let groups: Vec<i32> = shard.groups(key_groups).map(|group| group as i32).collect();
+    let consumer = reader_for(job, &topic, groups.iter().map(|&group| (group, Offset::Beginning)))?;
+    let mut replayed = Replayed {
+        store,
+        key_groups,
+        job: &job.name,
+        topic: &topic,
+        pending: BTreeMap::new(),
+        pending_entries: 0,
+        entries: 0,
+        checkpoint: None,
+        positions: BTreeMap::new(),
+    };
+    read_to_end(&consumer, &topic, groups.len() as u32, |partition, offset, message| {
+        let input = shard.partition_of(partition as u32);
+        if !committed.contains(&input) {
+            return Err(TaskFailure::Incompatible(format!(
+                "the changelog topic `{topic}` already holds state (a committed record at partition {partition} \
+                 offset {offset}) for input partition {input}, but job `{}` has no committed checkpoint of that \
+                 partition: it is the state of an earlier run. Delete the topic to start over, or set \
+                 changelog_topic to a new name",
+                job.name
+            )));
+        }
+        replayed.add(partition, offset, message)
+    })?;
+    replayed.flush()?;
+    Ok(replayed.entries)
 }
 
 /// The state_dir's state of the committed checkpoint, as recovery found it.
@@ -539,6 +608,12 @@ impl ConsumerContext for Reader {}
 /// A read_committed consumer of every partition of the changelog, from `from` (a
 /// partition not listed, or with `None` every partition, from its start).
 fn reader(job: &Job, topic: &str, partitions: u32, from: Option<&BTreeMap<i32, i64>>) -> Result<BaseConsumer<Reader>, TaskFailure> {
+    let start = |partition| from.and_then(|from| from.get(&partition)).map_or(Offset::Beginning, |&offset| Offset::Offset(offset));
+    reader_for(job, topic, (0..partitions as i32).map(|partition| (partition, start(partition))))
+}
+
+/// A read_committed consumer of the changelog's `partitions`, each from its offset.
+fn reader_for(job: &Job, topic: &str, partitions: impl Iterator<Item = (i32, Offset)>) -> Result<BaseConsumer<Reader>, TaskFailure> {
     let consumer: BaseConsumer<Reader> = client_config(job)
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
@@ -548,8 +623,7 @@ fn reader(job: &Job, topic: &str, partitions: u32, from: Option<&BTreeMap<i32, i
         .create_with_context(Reader)
         .map_err(|e| TaskFailure::Kafka(format!("creating a consumer of the changelog topic `{topic}`: {e}")))?;
     let mut list = TopicPartitionList::new();
-    for partition in 0..partitions as i32 {
-        let start = from.and_then(|from| from.get(&partition)).map_or(Offset::Beginning, |&offset| Offset::Offset(offset));
+    for (partition, start) in partitions {
         list.add_partition_offset(topic, partition, start)
             .map_err(|e| TaskFailure::Kafka(format!("assigning the changelog topic `{topic}`: {e}")))?;
     }

@@ -18,6 +18,10 @@
 //!                                 # created (one partition per key group, compacted) when missing
 //! checkpoint_interval_ms = 1000   # 10..=600000, and at most half the sink's transaction.timeout.ms
 //! state_dir = "state"             # the checkpoint store; relative to this file's directory
+//! scale_out = false               # true: every process started with this file joins one job
+//!                                 # through the job's consumer group and runs the input
+//!                                 # partitions Kafka assigns it (exactly-once only; keyed input
+//!                                 # must be co-partitioned by key: README "Scaling out")
 //!
 //! [source]
 //! brokers = "127.0.0.1:9092"
@@ -121,6 +125,9 @@ pub struct Job {
     pub checkpoint_interval_ms: u64,
     /// The checkpoint store's directory.
     pub state_dir: PathBuf,
+    /// Several processes share the job through its consumer group (DESIGN.md §7).
+    #[serde(default)]
+    pub scale_out: bool,
     pub source: Source,
     /// The operator chain, in order; never empty.
     #[serde(deserialize_with = "operators")]
@@ -322,6 +329,11 @@ pub enum JobErrorKind {
     },
     #[error("[restarts] backoff_initial_ms = {initial} is more than backoff_max_ms = {max}")]
     Backoff { initial: u64, max: u64 },
+    #[error(
+        "scale_out = true needs delivery = \"exactly-once\": the processes of a job are fenced \
+         from each other by its transactions; set delivery = \"exactly-once\" or run one process"
+    )]
+    ScaleOutAtLeastOnce,
 }
 
 impl Job {
@@ -431,6 +443,10 @@ fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
                 defaulted,
             });
         }
+    }
+
+    if job.scale_out && job.sink.delivery == Delivery::AtLeastOnce {
+        return Err(JobErrorKind::ScaleOutAtLeastOnce);
     }
 
     let same_cluster = job.source.brokers == job.sink.brokers;

@@ -134,6 +134,18 @@ pub struct Metrics {
     checkpoint: CheckpointMetrics,
     restarts: Counter,
     dead_letter_records: Counter,
+    group: GroupMetrics,
+}
+
+/// A scaled-out process's share of its job: what the group assigned it.
+#[derive(Clone, Debug, Default)]
+pub struct GroupMetrics {
+    /// Input partitions this process owns now.
+    pub owned_partitions: Gauge,
+    /// Changes of this process's partitions.
+    pub rebalances: Counter,
+    /// How long the last rebalance took, from the change to running again.
+    pub rebalance_millis: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -230,12 +242,21 @@ impl Metrics {
             "Poison records written to the dead-letter topic",
             dead_letter_records.0.clone(),
         );
+        let group = GroupMetrics::default();
+        registry.register("owned_partitions", "Input partitions this process owns (scale_out)", group.owned_partitions.0.clone());
+        registry.register("rebalances", "Changes of the input partitions this process owns (scale_out)", group.rebalances.0.clone());
+        registry.register(
+            "rebalance_duration_milliseconds",
+            "How long the last change of this process's partitions took, until it ran again (scale_out)",
+            group.rebalance_millis.0.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             families: Arc::new(families),
             checkpoint,
             restarts,
             dead_letter_records,
+            group,
         }
     }
 
@@ -279,6 +300,10 @@ impl Metrics {
 
     pub fn restarts(&self) -> Counter {
         self.restarts.clone()
+    }
+
+    pub fn group(&self) -> GroupMetrics {
+        self.group.clone()
     }
 
     pub fn dead_letter_records(&self) -> Counter {

@@ -31,10 +31,20 @@ impl Clicks {
 
     /// The next `n` records, spread over the partitions.
     pub fn take(&mut self, n: usize) -> Vec<Input> {
+        self.take_with(n, |clicks, _| (clicks.next() % clicks.clocks.len() as u64) as usize)
+    }
+
+    /// The next `n` records, each in the partition the Java client's default
+    /// partitioner picks for its key: input co-partitioned by key.
+    pub fn take_keyed(&mut self, n: usize) -> Vec<Input> {
+        self.take_with(n, |clicks, key| java_partition(key.as_bytes(), clicks.clocks.len() as i32) as usize)
+    }
+
+    fn take_with(&mut self, n: usize, partition_of: impl Fn(&mut Self, &str) -> usize) -> Vec<Input> {
         (0..n)
             .map(|_| {
-                let partition = (self.next() % self.clocks.len() as u64) as usize;
                 let key = format!("user-{}", self.next() % self.keys);
+                let partition = partition_of(self, &key);
                 self.clocks[partition] += (self.next() % 40) as i64;
                 let value = format!("{{\"user\":\"{key}\",\"page\":\"/p/{}\"}}", self.next() % 100);
                 (partition as i32, key.into_bytes(), value.into_bytes(), self.clocks[partition])
@@ -48,6 +58,37 @@ impl Clicks {
             .map(|partition| (partition, b"flush".to_vec(), b"{}".to_vec(), FLUSH_MS))
             .collect()
     }
+
+    /// As `flush`, each record under a key of its own partition.
+    pub fn flush_keyed(&self) -> Vec<Input> {
+        let partitions = self.clocks.len() as i32;
+        (0..partitions)
+            .map(|partition| {
+                let key = (0..).map(|i| format!("flush-{i}")).find(|key| java_partition(key.as_bytes(), partitions) == partition);
+                (partition, key.expect("some key lands in every partition").into_bytes(), b"{}".to_vec(), FLUSH_MS)
+            })
+            .collect()
+    }
+}
+
+/// Input that arrives in `chunks` chunks of 2,500 records 300 ms apart, then the flush
+/// records; `keyed`: co-partitioned by key (`take_keyed`). Returns everything produced.
+pub fn produce_paced(topic: &str, seed: u64, partitions: i32, chunks: usize, keyed: bool) -> std::thread::JoinHandle<Vec<Input>> {
+    let topic = topic.to_string();
+    std::thread::spawn(move || {
+        let mut clicks = Clicks::new(seed, partitions, 500);
+        let mut all = Vec::new();
+        for _ in 0..chunks {
+            let chunk = if keyed { clicks.take_keyed(2_500) } else { clicks.take(2_500) };
+            super::produce(&topic, &chunk);
+            all.extend(chunk);
+            std::thread::sleep(std::time::Duration::from_millis(300)); // pacing, not synchronisation
+        }
+        let flush = if keyed { clicks.flush_keyed() } else { clicks.flush() };
+        super::produce(&topic, &flush);
+        all.extend(flush);
+        all
+    })
 }
 
 /// Fails unless most keys occur in every partition: a shuffle that routed nothing, or a
@@ -110,4 +151,48 @@ pub fn difference(expected: &BTreeMap<(Vec<u8>, Vec<u8>), usize>, actual: &BTree
         missing.iter().map(|((k, v), n)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v), n)).collect::<Vec<_>>(),
         unexpected.iter().map(|((k, v), n)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v), n)).collect::<Vec<_>>(),
     )
+}
+
+/// The partition the Java client's default partitioner picks for a keyed record.
+pub fn java_partition(key: &[u8], partitions: i32) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % partitions as u32) as i32
+}
+
+/// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`).
+fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    let mut h = SEED ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes(chunk.try_into().unwrap());
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ k;
+    }
+    let tail = chunks.remainder();
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^ (h >> 15)
+}
+
+#[test]
+fn murmur2_matches_the_java_client() {
+    // Values from the Java client's own partitioner tests.
+    assert_eq!(murmur2(b"21") as i32, -973932308);
+    assert_eq!(murmur2(b"foobar") as i32, -790332482);
+    assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985981536);
+    assert_eq!(murmur2(b"a-little-bit-longer-string") as i32, -1486304829);
+    assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32, -58897971);
 }

@@ -296,3 +296,21 @@ pub fn delete_topic(name: &str) {
     }
     panic!("topic {name} still listed {WAIT:?} after its deletion");
 }
+
+/// The seed of the random kill points: `WEIR_CRASH_SEED` replays a failed run.
+pub fn crash_seed() -> u64 {
+    let seed = std::env::var("WEIR_CRASH_SEED").ok().and_then(|n| n.parse().ok()).unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_nanos();
+        (nanos as u64) | 1
+    });
+    eprintln!("crash seed {seed} (replay with WEIR_CRASH_SEED={seed})");
+    seed
+}
+
+/// xorshift64: the next pseudo-random number of `state`.
+pub fn next_random(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}

@@ -46,6 +46,7 @@ const CHANGELOG_VALUE_TAG: u8 = 1;
 
 /// Kafka offset metadata: names the checkpoint that the committed offsets belong to.
 const OFFSET_METADATA_PREFIX: &str = "weir:ckpt=";
+const SHARD_TIME_SEPARATOR: &str = ";ts=";
 /// Bytes of one partition in a packed source entry.
 const PARTITION_BYTES: usize = 4 + 8 + 8;
 const WATERMARK_BYTES: usize = 8;
@@ -442,6 +443,23 @@ pub fn parse_offset_metadata(metadata: &str) -> Option<u64> {
     metadata.strip_prefix(OFFSET_METADATA_PREFIX)?.parse().ok()
 }
 
+/// What a process of a scaled-out job commits with checkpoint `n` (its own count) for a
+/// partition: also the greatest event time read from it, where the watermark of the
+/// partition's next owner starts.
+pub fn shard_offset_metadata(n: u64, max_timestamp: i64) -> String {
+    format!("{OFFSET_METADATA_PREFIX}{n}{SHARD_TIME_SEPARATOR}{max_timestamp}")
+}
+
+/// The checkpoint and greatest event time that a scaled-out job's offset metadata
+/// names; a single process's names no time. `None` if weir did not write it.
+pub fn parse_shard_offset_metadata(metadata: &str) -> Option<(u64, Option<i64>)> {
+    let rest = metadata.strip_prefix(OFFSET_METADATA_PREFIX)?;
+    match rest.split_once(SHARD_TIME_SEPARATOR) {
+        Some((n, time)) => Some((n.parse().ok()?, Some(time.parse().ok()?))),
+        None => Some((rest.parse().ok()?, None)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,5 +598,10 @@ mod tests {
         assert_eq!(parse_offset_metadata("weir:ckpt=42"), Some(42));
         assert_eq!(parse_offset_metadata("other"), None);
         assert_eq!(parse_offset_metadata("weir:ckpt=x"), None);
+        assert_eq!(shard_offset_metadata(7, -3), "weir:ckpt=7;ts=-3");
+        assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;ts=-3"), Some((7, Some(-3))));
+        assert_eq!(parse_shard_offset_metadata("weir:ckpt=7"), Some((7, None)));
+        assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;ts=x"), None);
+        assert_eq!(parse_offset_metadata("weir:ckpt=7;ts=1"), None);
     }
 }

@@ -38,6 +38,22 @@ pub enum RecoveryError {
          the offsets were changed outside weir"
     )]
     Mixed { group: String, found: Vec<u64> },
+    #[error(
+        "consumer group `{group}` has offsets on {topic}/{partition} that processes of a scaled-out job \
+         committed (metadata `{metadata}`), but this job file does not set scale_out = true; set it (and \
+         start one or more processes), so the job's processes share its partitions"
+    )]
+    ScaledOut { group: String, topic: String, partition: i32, metadata: String },
+}
+
+/// Where a process of a scaled-out job resumes its partitions.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ShardResume {
+    /// Per owned partition with committed offsets: the next offset to read and the
+    /// greatest event time read before it (unknown when a single process committed it).
+    pub(crate) offsets: BTreeMap<i32, (i64, Option<i64>)>,
+    /// The greatest checkpoint number among them.
+    pub(crate) checkpoint: Option<u64>,
 }
 
 /// The partitions of `topic`, in order.
@@ -75,6 +91,14 @@ pub(crate) fn committed(consumer: &BaseConsumer, group: &str, topic: &str, parti
         let Offset::Offset(offset) = element.offset() else { continue };
         let metadata = element.metadata();
         let Some(n) = layout::parse_offset_metadata(metadata) else {
+            if let Some((_, Some(_))) = layout::parse_shard_offset_metadata(metadata) {
+                return Err(RecoveryError::ScaledOut {
+                    group: group.to_string(),
+                    topic: topic.to_string(),
+                    partition: element.partition(),
+                    metadata: metadata.to_string(),
+                });
+            }
             return Err(RecoveryError::Foreign {
                 group: group.to_string(),
                 topic: topic.to_string(),
@@ -91,6 +115,42 @@ pub(crate) fn committed(consumer: &BaseConsumer, group: &str, topic: &str, parti
         [] => {}
         [n] => resume.checkpoint = Some(*n),
         _ => return Err(RecoveryError::Mixed { group: group.to_string(), found: checkpoints }),
+    }
+    Ok(resume)
+}
+
+/// The committed offsets of the partitions a process of a scaled-out job owns (stable,
+/// as `committed` reads them). Each partition names the checkpoint of the process that
+/// committed it last, so they may differ; a single process's (before the job was
+/// scaled out) are accepted too.
+pub(crate) fn committed_shard(
+    consumer: &BaseConsumer,
+    group: &str,
+    topic: &str,
+    owned: &[i32],
+    timeout: Duration,
+) -> Result<ShardResume, RecoveryError> {
+    let mut query = TopicPartitionList::new();
+    for &partition in owned {
+        query.add_partition(topic, partition);
+    }
+    let answer = consumer
+        .committed_offsets(query, timeout)
+        .map_err(|e| RecoveryError::Offsets { group: group.to_string(), detail: e.to_string() })?;
+    let mut resume = ShardResume::default();
+    for element in answer.elements() {
+        let Offset::Offset(offset) = element.offset() else { continue };
+        let metadata = element.metadata();
+        let Some((n, max_timestamp)) = layout::parse_shard_offset_metadata(metadata) else {
+            return Err(RecoveryError::Foreign {
+                group: group.to_string(),
+                topic: topic.to_string(),
+                partition: element.partition(),
+                metadata: metadata.to_string(),
+            });
+        };
+        resume.checkpoint = resume.checkpoint.max(Some(n));
+        resume.offsets.insert(element.partition(), (offset, max_timestamp));
     }
     Ok(resume)
 }

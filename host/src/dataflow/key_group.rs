@@ -59,6 +59,57 @@ impl KeyGroups {
     }
 }
 
+/// The input partitions one process of a scaled-out job owns (DESIGN.md §7) and so the
+/// key groups it may keep state in: group `g` travels in partition `g mod partitions`
+/// when `G` is a multiple of the partition count and the input is co-partitioned by key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Shard {
+    /// `owned[p]`: partition `p` is this process's.
+    owned: Vec<bool>,
+}
+
+impl Shard {
+    /// The partitions `owned` of an input of `partitions` partitions.
+    pub(crate) fn new(partitions: u32, owned: impl IntoIterator<Item = i32>) -> Shard {
+        let mut flags = vec![false; partitions as usize];
+        for partition in owned {
+            flags[usize::try_from(partition).expect("partitions are not negative")] = true;
+        }
+        Shard { owned: flags }
+    }
+
+    /// The input partition that carries `group`.
+    pub(crate) fn partition_of(&self, group: u32) -> i32 {
+        (group as usize % self.owned.len()) as i32
+    }
+
+    pub(crate) fn owns(&self, group: u32) -> bool {
+        self.owned[group as usize % self.owned.len()]
+    }
+
+    /// The groups of `key_groups` this process owns, in order.
+    pub(crate) fn groups(&self, key_groups: KeyGroups) -> impl Iterator<Item = u32> + '_ {
+        (0..key_groups.count()).filter(|&group| self.owns(group))
+    }
+
+    /// What to say when a record of key group `group` turns up in a process that does
+    /// not own it (`read_from`: the partition it was read from, at the first stage).
+    pub(crate) fn not_co_partitioned(&self, topic: &str, group: u32, read_from: Option<i32>) -> String {
+        let partition = self.partition_of(group);
+        let place = match read_from {
+            Some(read) => format!("was read from partition {read} of topic `{topic}`"),
+            None => "was emitted by an operator (it changed the key)".to_string(),
+        };
+        format!(
+            "a record whose key is in key group {group}, which belongs with input partition {partition}, {place}: \
+             the input is not co-partitioned by key, so with scale_out the state of one key would be kept by \
+             several processes. Produce `{topic}` keyed with Kafka's default partitioner (murmur2), keep keys \
+             unchanged between keyed operators (re-keying needs a job that writes a Kafka topic in between), or \
+             run one process (scale_out = false)"
+        )
+    }
+}
+
 /// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`), byte for byte.
 pub(crate) fn murmur2(data: &[u8]) -> u32 {
     const SEED: u32 = 0x9747_b28c;
@@ -120,6 +171,22 @@ mod tests {
             assert_eq!(groups.group_of(Some(key.as_bytes())) % partitions, partition, "{key}");
         }
         assert_eq!(groups.group_of(None), groups.group_of(Some(b"")));
+    }
+
+    #[test]
+    fn a_shard_owns_the_groups_of_its_partitions() {
+        let groups = KeyGroups::default_for(6);
+        let shard = Shard::new(6, [1, 4]);
+        let owned: Vec<u32> = shard.groups(groups).collect();
+        assert_eq!(owned.len(), 2 * groups.count() as usize / 6);
+        assert!(owned.iter().all(|g| g % 6 == 1 || g % 6 == 4));
+        for i in 0..2000 {
+            let key = format!("user-{i}");
+            let partition = ((murmur2(key.as_bytes()) & 0x7fff_ffff) % 6) as i32;
+            let group = groups.group_of(Some(key.as_bytes()));
+            assert_eq!(shard.partition_of(group), partition, "{key}");
+            assert_eq!(shard.owns(group), partition == 1 || partition == 4, "{key}");
+        }
     }
 
     #[test]

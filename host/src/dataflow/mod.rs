@@ -9,6 +9,6 @@ mod key_group;
 mod message;
 
 pub use failure::TaskFailure;
-pub(crate) use key_group::KeyGroups;
+pub(crate) use key_group::{KeyGroups, Shard};
 pub use message::Origin;
 pub(crate) use message::{DeadLetter, Event, Message, Records};

@@ -59,6 +59,10 @@ pub(super) struct Coordinator<'a> {
     pub(super) meta: Vec<u8>,
     pub(super) next: u64,
     pub(super) stop: Arc<AtomicBool>,
+    /// A process of a scaled-out job: it writes no checkpoint record (the changelog's
+    /// partitions are shared by the job's processes) and folds nothing into the store
+    /// (each attempt rebuilds its key groups from the changelog).
+    pub(super) scaled_out: bool,
     pub(super) metrics: &'a Metrics,
     /// Bounds each Kafka commit, which librdkafka may not.
     pub(super) watchdog: Watchdog,
@@ -141,7 +145,7 @@ impl Coordinator<'_> {
                     self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
                     changes.extend(by_task.filter(|c| !c.is_empty()));
                     for state in reached.into_iter().flatten() {
-                        offsets.insert(state.partition, state.next_offset);
+                        offsets.insert(state.partition, state);
                     }
                     tasks.insert(task, bytes);
                 }
@@ -159,8 +163,10 @@ impl Coordinator<'_> {
 
         let gathered = started.elapsed();
         let checkpoint = Checkpoint { n, meta: self.meta.clone(), tasks };
-        let record = layout::checkpoint_record(&checkpoint);
-        self.sink.send_checkpoint_record(self.changelog_topic, &record)?;
+        if !self.scaled_out {
+            let record = layout::checkpoint_record(&checkpoint);
+            self.sink.send_checkpoint_record(self.changelog_topic, &record)?;
+        }
         let names: Vec<&str> = checkpoint.tasks.keys().map(String::as_str).collect();
         let size = self.store.seal(n, &names, &self.meta).map_err(TaskFailure::Store)?;
         fault::point(Step::AfterSeal, n);
@@ -181,9 +187,11 @@ impl Coordinator<'_> {
 
         let (changed, changed_bytes) =
             changes.iter().map(StateChanges::size).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
-        let fold = Fold { n, changes, positions: self.positions.clone() };
-        self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
-        self.fold_in_flight = self.folded.is_some().then_some(n);
+        if !self.scaled_out {
+            let fold = Fold { n, changes, positions: self.positions.clone() };
+            self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
+            self.fold_in_flight = self.folded.is_some().then_some(n);
+        }
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
@@ -228,7 +236,7 @@ impl Coordinator<'_> {
     /// end now.
     fn advance_positions(&mut self, changes: &[StateChanges]) -> Result<(), TaskFailure> {
         let written: BTreeSet<i32> = changes.iter().flat_map(StateChanges::groups).map(|g| g as i32).collect();
-        if written.is_empty() {
+        if written.is_empty() || self.scaled_out {
             return Ok(());
         }
         self.positions.extend(self.changelog_ends.of(&written)?);

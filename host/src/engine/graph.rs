@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use crate::changelog;
 use crate::checkpoint::layout::{self, PartitionState};
 use crate::checkpoint::store::CheckpointStore;
-use crate::dataflow::{Event, KeyGroups, Message, TaskFailure};
+use crate::dataflow::{Event, KeyGroups, Message, Shard, TaskFailure};
 use crate::job;
 use crate::operator::OperatorInstance;
 use crate::sink::{self, SinkTask};
@@ -35,8 +36,9 @@ const MIN_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
 type Edge = (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>);
 
 /// Runs the task graph of one attempt until the coordinator returns.
-pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) -> Result<Outcome, TaskFailure> {
-    let Recovered { sink, sources, operators, next, key_groups, positions } = recovered;
+/// `stop` asks for a final checkpoint and the end of the attempt.
+pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records, stop: &Arc<AtomicBool>) -> Result<Outcome, TaskFailure> {
+    let Recovered { sink, sources, operators, next, key_groups, positions, shard } = recovered;
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
     let stages = job.operators.len();
@@ -52,9 +54,10 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
             .collect();
         let mut handles = Vec::new();
         let first = std::mem::take(&mut edges[0].0);
-        let control = spawn_sources(engine, scope, sources, key_groups, first, &events_tx, &mut handles)?;
+        let routing = Routing { key_groups, shard: shard.as_ref() };
+        let control = spawn_sources(engine, scope, sources, routing, first, &events_tx, &mut handles)?;
         let state_out = StateOut { sink: &sink, changelog_topic: &changelog_topic };
-        let operators = Operators { instances: operators, key_groups, records, state_out };
+        let operators = Operators { instances: operators, routing, records, state_out };
         spawn_operators(engine, scope, operators, &mut edges, &events_tx, &mut handles);
         let sink_inputs = std::mem::take(&mut edges[stages].1).into_iter().next().expect("one sink");
         let sink_task = SinkTask {
@@ -98,7 +101,8 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records) 
             timeout: job.checkpoint_interval().max(MIN_CHECKPOINT_TIMEOUT),
             meta: layout::encode_shape(&recover::shape(job, key_groups)),
             next,
-            stop: Arc::clone(&engine.options.stop),
+            stop: Arc::clone(stop),
+            scaled_out: shard.is_some(),
             metrics: &engine.options.metrics,
             watchdog: Watchdog::start(),
         };
@@ -126,7 +130,7 @@ fn spawn_sources<'scope>(
     engine: &'scope Engine,
     scope: &'scope Scope<'scope, '_>,
     starts: Vec<BTreeMap<i32, PartitionState>>,
-    key_groups: KeyGroups,
+    routing: Routing<'_>,
     outputs: Vec<Vec<Sender<Message>>>,
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
@@ -145,7 +149,8 @@ fn spawn_sources<'scope>(
             partitions,
             max_out_of_orderness_ms: job.source.max_out_of_orderness_ms as i64,
             outputs,
-            key_by: job.operators[0].key_by.then_some(key_groups),
+            key_by: job.operators[0].key_by.then_some(routing.key_groups),
+            shard: routing.shard.cloned(),
             control: control_rx,
             events: events.clone(),
             metrics: engine.options.metrics.clone(),
@@ -157,11 +162,19 @@ fn spawn_sources<'scope>(
     Ok(control)
 }
 
+/// Where keyed records and state go: the job's key groups and, in a process of a
+/// scaled-out job, the partitions (and so the groups) this process owns.
+#[derive(Clone, Copy)]
+struct Routing<'a> {
+    key_groups: KeyGroups,
+    shard: Option<&'a Shard>,
+}
+
 /// What the operator subtasks of an attempt start from.
 struct Operators<'a> {
     /// `instances[stage][subtask]`: restored, with the watermark it had reached.
     instances: Vec<Vec<(OperatorInstance, i64)>>,
-    key_groups: KeyGroups,
+    routing: Routing<'a>,
     records: &'a Records,
     state_out: StateOut<'a>,
 }
@@ -178,7 +191,7 @@ fn spawn_operators<'scope>(
     let job = &engine.job;
     let suspects = Arc::new(operators.records.suspects.clone());
     let poisoned = Arc::new(operators.records.poisoned.clone());
-    let key_groups = operators.key_groups;
+    let key_groups = operators.routing.key_groups;
     let stages = job.operators.len();
     for (stage, subtasks) in operators.instances.into_iter().enumerate() {
         let spec = &job.operators[stage];
@@ -198,6 +211,7 @@ fn spawn_operators<'scope>(
                 key_by_next: stage + 1 < stages && job.operators[stage + 1].key_by,
                 key_groups,
                 owned: spec.key_by.then(|| key_groups.range(subtask as u32, job.parallelism)),
+                shard: operators.routing.shard.cloned(),
                 // A round's entries cannot be much larger than the state the guest holds;
                 // and a chunk's offsets are u32.
                 max_changes_bytes: (2 * spec.memory_limit_bytes()).min(u32::MAX as usize),

@@ -6,6 +6,7 @@
 mod coordinator;
 mod fault;
 mod graph;
+mod group;
 mod operator_task;
 mod recover;
 mod restart;
@@ -47,6 +48,9 @@ impl Engine {
     /// Runs the job until a stop is requested (then returns Ok after a final commit)
     /// or it fails in a way a restart cannot cure.
     pub fn run(&self) -> Result<(), TaskFailure> {
+        if self.job.scale_out {
+            return group::run(self);
+        }
         let mut records = Records::default();
         let mut restarts = RestartBudget::new(&self.job.restarts);
         let mut started_once = false;
@@ -81,12 +85,12 @@ impl Engine {
     fn attempt(&self, records: &Records, started_once: &mut bool) -> Result<Outcome, TaskFailure> {
         let recovered = recover::recover(&self.job, &self.plugins, &self.store, &self.options.metrics)?;
         *started_once = true;
-        graph::execute(self, recovered, records)
+        graph::execute(self, recovered, records, &self.options.stop)
     }
 }
 
 /// Input records that failed earlier attempts.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Records {
     /// Made the plugin fail once: processed one at a time.
     suspects: HashSet<Origin>,

@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use crate::batch::Batch;
 use crate::changelog;
 use crate::checkpoint::layout::{self, TaskId};
-use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, TaskFailure};
+use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
 use crate::metrics::{Counter, OperatorMetrics};
 use crate::operator::{OperatorError, OperatorInstance};
 use crate::sink::Sink;
@@ -55,6 +55,9 @@ pub(super) struct OperatorTask<'a> {
     /// The key groups this subtask owns when its input is routed by key; `None` when
     /// it is not, and then the operator may keep no state.
     pub(super) owned: Option<Range<u32>>,
+    /// In a process of a scaled-out job, the partitions it owns: of its range, the
+    /// subtask owns only their groups, and a re-keyed record must stay in them.
+    pub(super) shard: Option<Shard>,
     /// The most bytes of state changes one checkpoint of this subtask may hand over.
     pub(super) max_changes_bytes: usize,
     pub(super) events: Sender<Event>,
@@ -241,7 +244,7 @@ impl OperatorTask<'_> {
                         self.name
                     )));
                 };
-                if !owned.contains(&group) {
+                if !owned.contains(&group) || self.shard.as_ref().is_some_and(|shard| !shard.owns(group)) {
                     return Err(self.instance.invalid_state(format!(
                         "key {} is in key group {group}, which subtask {} does not own (it owns {owned:?}): \
                          state must be kept under the key of the records that change it",
@@ -286,6 +289,11 @@ impl OperatorTask<'_> {
             return Ok(());
         }
         self.metrics.records_out.inc_by(output.len() as u64);
+        if self.key_by_next
+            && let Some(shard) = &self.shard
+        {
+            self.check_keys_stay(shard, &output)?;
+        }
         if !self.key_by_next || self.outputs.len() == 1 {
             return self.send(0, Message::Records(Records { batch: output, origins: Vec::new() }));
         }
@@ -296,6 +304,18 @@ impl OperatorTask<'_> {
         for (target, batch) in routed.into_iter().enumerate() {
             if !batch.is_empty() {
                 self.send(target, Message::Records(Records { batch, origins: Vec::new() }))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Scaled out, a record re-keyed into a key group of a partition another process may
+    /// own cannot be routed: its state would be kept in two places.
+    fn check_keys_stay(&self, shard: &Shard, output: &Batch) -> Result<(), TaskFailure> {
+        for record in output.iter() {
+            let group = self.key_groups.group_of(record.key);
+            if !shard.owns(group) {
+                return Err(TaskFailure::Incompatible(shard.not_co_partitioned(&self.source_topic, group, None)));
             }
         }
         Ok(())

@@ -11,13 +11,13 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::changelog;
 use crate::checkpoint::layout::{self, FormatError, PartitionState, Shape, Snapshot};
-use crate::checkpoint::recovery::{self, Resume};
+use crate::checkpoint::recovery::{self, ShardResume};
 use crate::checkpoint::store::{CheckpointStore, StoreError};
-use crate::dataflow::{KeyGroups, TaskFailure};
+use crate::dataflow::{KeyGroups, Shard, TaskFailure};
 use crate::job::{self, Job};
 use crate::metrics::Metrics;
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin};
-use crate::sink::{Delivery, Sink, SinkConfig};
+use crate::sink::{self, Delivery, Member, Sink, SinkConfig};
 use crate::source;
 
 use super::fault::{self, Step};
@@ -40,6 +40,8 @@ pub(super) struct Recovered {
     pub(super) key_groups: KeyGroups,
     /// The changelog positions the store's state reflects (`StateBase::positions`).
     pub(super) positions: BTreeMap<i32, i64>,
+    /// In a process of a scaled-out job, the input partitions (and key groups) it owns.
+    pub(super) shard: Option<Shard>,
 }
 
 pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, metrics: &Metrics) -> Result<Recovered, TaskFailure> {
@@ -48,7 +50,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let partitions = recovery::partitions(&offsets_consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
     // Fence first: a zombie's open transaction is aborted before offsets are read.
-    let sink = Sink::connect(&sink_config(job), offsets_consumer)?;
+    let sink = Sink::connect(&sink_config(job, &job.name), offsets_consumer, None)?;
     let resume_consumer = consumer(job)?;
     let resume = recovery::committed(&resume_consumer, group, &job.source.topic, &partitions, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
@@ -72,8 +74,10 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         Some(positions) => positions,
         None => start_fresh(job, store, key_groups)?,
     };
-    let sources = start_offsets(job, &resume_consumer, &partitions, &resume, snapshot.as_ref())?;
-    let operators = instances(job, plugins, metrics, store, snapshot.as_ref(), key_groups)?;
+    let max_timestamp = |partition| snapshot.as_ref().and_then(|s| s.partitions.get(&partition)).map(|state| state.max_timestamp);
+    let sources = start_offsets(job, &resume_consumer, &partitions, &resume.offsets, max_timestamp)?;
+    let restore = snapshot.as_ref().map_or(Restore::Fresh, Restore::Checkpoint);
+    let operators = instances(job, plugins, metrics, store, restore, key_groups)?;
     sink.begin()?;
     if let changelog::Prepared::Reseed(why) = prepared {
         let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
@@ -84,7 +88,112 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         job = %job.name, checkpoint = ?resume.checkpoint, partitions = partitions.len(),
         key_groups = key_groups.count(), "recovered; running"
     );
-    Ok(Recovered { sink, sources, operators, next: committed + 1, key_groups, positions })
+    Ok(Recovered { sink, sources, operators, next: committed + 1, key_groups, positions, shard: None })
+}
+
+/// One attempt of a process of a scaled-out job (DESIGN.md §7) over the input
+/// partitions `owned` that the job's consumer group assigned it: fences every earlier
+/// owner of them, reads their committed offsets, rebuilds the state of their key groups
+/// from the changelog and restores it into the operator subtasks.
+pub(super) fn recover_shard(
+    job: &Job,
+    plugins: &[Plugin],
+    store: &CheckpointStore,
+    metrics: &Metrics,
+    owned: &[i32],
+    member: Member,
+) -> Result<Recovered, TaskFailure> {
+    let started = Instant::now();
+    let offsets_consumer = consumer(job)?;
+    let partitions = recovery::partitions(&offsets_consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT)
+        .map_err(TaskFailure::Recovery)?;
+    let count = u32::try_from(partitions.len()).expect("fewer than 2^32 partitions");
+    if let Some(missing) = owned.iter().find(|p| !partitions.contains(p)) {
+        return Err(TaskFailure::Kafka(format!("assigned partition {missing} of `{}`, which has {count}", job.source.topic)));
+    }
+    let shard = Shard::new(count, owned.iter().copied());
+    let lowest = *owned.first().expect("an attempt owns a partition");
+    let transactional_id = sink::shard_transactional_id(&job.name, lowest);
+    let config = sink_config(job, &transactional_id);
+    fence_earlier_owners(job, &config, &owned[1..])?;
+    let sink = Sink::connect(&config, offsets_consumer, Some(member))?;
+    let resume_consumer = consumer(job)?;
+    let resume = recovery::committed_shard(&resume_consumer, &job.name, &job.source.topic, owned, CONNECT_TIMEOUT)
+        .map_err(TaskFailure::Recovery)?;
+    let wanted = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
+    let found = changelog::prepare_shard(job, shardable(job, wanted, count)?, !resume.offsets.is_empty())?;
+    let key_groups = shardable(job, found, count)?;
+    let with_offsets = resume.offsets.keys().copied().collect();
+    let entries = changelog::rebuild_shard(job, store, key_groups, &shard, &with_offsets)?;
+    let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
+    let max_timestamp = |partition| resume.offsets.get(&partition).and_then(|&(_, time)| time);
+    let sources = start_offsets(job, &resume_consumer, owned, &offsets, max_timestamp)?;
+    let restore = match resume.offsets.is_empty() {
+        true => Restore::Fresh,
+        false => Restore::Shard { watermark: shard_watermark(job, owned, &resume) },
+    };
+    let operators = instances(job, plugins, metrics, store, restore, key_groups)?;
+    sink.begin()?;
+    tracing::info!(
+        job = %job.name, partitions = ?owned, key_groups = shard.groups(key_groups).count(), entries,
+        transactional_id = %transactional_id, duration_ms = started.elapsed().as_millis() as u64,
+        "restored this process's partitions; running"
+    );
+    let next = resume.checkpoint.unwrap_or(0) + 1;
+    Ok(Recovered { sink, sources, operators, next, key_groups, positions: BTreeMap::new(), shard: Some(shard) })
+}
+
+/// Fences the producers of the processes whose lowest partition was one of `partitions`
+/// (the lowest this process owns is fenced by its own producer as it starts), aborting
+/// what a dead or paused owner left pending: its records and offsets would hold back
+/// every read_committed reader of them until its transaction timed out.
+fn fence_earlier_owners(job: &Job, config: &SinkConfig<'_>, partitions: &[i32]) -> Result<(), TaskFailure> {
+    std::thread::scope(|scope| {
+        let fencing: Vec<_> = partitions
+            .iter()
+            .map(|&partition| scope.spawn(move || sink::fence(config, &sink::shard_transactional_id(&job.name, partition))))
+            .collect();
+        fencing.into_iter().try_for_each(|fence| fence.join().expect("a fencing thread panicked").map_err(TaskFailure::from))
+    })
+}
+
+/// The watermark a restored operator subtask starts from: the least, over this
+/// process's partitions, of the greatest event time read before the checkpoint, less
+/// the allowed out-of-orderness; unknown (a partition without a time) holds it back.
+fn shard_watermark(job: &Job, owned: &[i32], resume: &ShardResume) -> i64 {
+    let out_of_orderness = i64::try_from(job.source.max_out_of_orderness_ms).unwrap_or(i64::MAX);
+    owned
+        .iter()
+        .map(|partition| match resume.offsets.get(partition) {
+            Some(&(_, Some(time))) if time != i64::MIN => time.saturating_sub(out_of_orderness),
+            _ => i64::MIN,
+        })
+        .min()
+        .unwrap_or(i64::MIN)
+}
+
+/// `key_groups`, if a scaled-out job can keep its state in them: whole groups per input
+/// partition, and at least one per subtask.
+fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGroups, TaskFailure> {
+    if key_groups.count().is_multiple_of(partitions) && job.parallelism <= key_groups.count() {
+        return Ok(key_groups);
+    }
+    Err(TaskFailure::Incompatible(format!(
+        "scale_out needs the job's key groups ({}) to be a multiple of the partition count of `{}` ({partitions}), \
+         so that each partition carries whole key groups, and at least parallelism ({}); set key_groups to such \
+         a multiple (or remove it on a new job), or run one process",
+        key_groups.count(),
+        job.source.topic,
+        job.parallelism
+    )))
+}
+
+/// That the input topic exists and its brokers answer (a scaled-out process would
+/// otherwise wait for partitions without end).
+pub(super) fn check_source(job: &Job) -> Result<(), TaskFailure> {
+    let consumer = consumer(job)?;
+    recovery::partitions(&consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT).map_err(TaskFailure::Recovery)?;
+    Ok(())
 }
 
 /// A fresh start: deletes every checkpoint and all keyed state, and records where the
@@ -139,9 +248,10 @@ pub(super) fn consumer(job: &Job) -> Result<BaseConsumer, TaskFailure> {
         .map_err(|e| TaskFailure::Kafka(format!("creating a consumer for {}: {e}", job.source.brokers)))
 }
 
-fn sink_config(job: &Job) -> SinkConfig<'_> {
+fn sink_config<'a>(job: &'a Job, transactional_id: &'a str) -> SinkConfig<'a> {
     SinkConfig {
         job: &job.name,
+        transactional_id,
         brokers: &job.sink.brokers,
         topic: &job.sink.topic,
         dead_letter_topic: job.sink.dead_letter_topic.as_deref(),
@@ -263,13 +373,13 @@ fn start_offsets(
     job: &Job,
     consumer: &BaseConsumer,
     partitions: &[i32],
-    resume: &Resume,
-    snapshot: Option<&Snapshot>,
+    committed: &BTreeMap<i32, i64>,
+    max_timestamp: impl Fn(i32) -> Option<i64>,
 ) -> Result<Vec<BTreeMap<i32, PartitionState>>, TaskFailure> {
     let parallelism = job.parallelism as usize;
     let mut tasks = vec![BTreeMap::new(); parallelism];
     for (index, &partition) in partitions.iter().enumerate() {
-        let next_offset = match resume.offsets.get(&partition) {
+        let next_offset = match committed.get(&partition) {
             Some(&offset) => offset,
             None => {
                 let (low, high) = consumer.fetch_watermarks(&job.source.topic, partition, CONNECT_TIMEOUT).map_err(|e| {
@@ -281,23 +391,33 @@ fn start_offsets(
                 }
             }
         };
-        let max_timestamp = snapshot
-            .and_then(|s| s.partitions.get(&partition))
-            .map_or(i64::MIN, |state| state.max_timestamp);
+        let max_timestamp = max_timestamp(partition).unwrap_or(i64::MIN);
         tasks[index % parallelism].insert(partition, PartitionState { partition, next_offset, max_timestamp });
     }
     Ok(tasks)
 }
 
-/// A fresh instance per operator subtask, restored from the checkpoint if any: the key
-/// groups the subtask owns, and the watermark it had reached (at another parallelism,
-/// the least its stage had reached).
+/// What operator instances are restored from.
+#[derive(Clone, Copy)]
+enum Restore<'a> {
+    /// Nothing: a fresh start.
+    Fresh,
+    /// A checkpoint of this process, its keyed state in the store.
+    Checkpoint(&'a Snapshot),
+    /// A scaled-out process's key groups, rebuilt into the store, and the watermark its
+    /// partitions had reached.
+    Shard { watermark: i64 },
+}
+
+/// A fresh instance per operator subtask, restored if there is something to restore
+/// from: the key groups the subtask owns, and the watermark it had reached (at another
+/// parallelism, the least its stage had reached).
 fn instances(
     job: &Job,
     plugins: &[Plugin],
     metrics: &Metrics,
     store: &CheckpointStore,
-    snapshot: Option<&Snapshot>,
+    restore: Restore<'_>,
     key_groups: KeyGroups,
 ) -> Result<Vec<Vec<(OperatorInstance, i64)>>, TaskFailure> {
     let started = Instant::now();
@@ -305,7 +425,7 @@ fn instances(
     let mut stages = Vec::with_capacity(job.operators.len());
     for (stage, (spec, plugin)) in (0u32..).zip(job.operators.iter().zip(plugins)) {
         let config: Vec<(String, String)> = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if snapshot.is_some() && !spec.key_by {
+        if !spec.key_by && !matches!(restore, Restore::Fresh) {
             refuse_unkeyed_state(store, stage, spec, key_groups)?;
         }
         let mut subtasks = Vec::with_capacity(job.parallelism as usize);
@@ -314,9 +434,13 @@ fn instances(
             let mut instance =
                 OperatorInstance::new(plugin, operator_limits(spec), config.clone(), label).map_err(TaskFailure::operator)?;
             instance.count_log_drops(metrics.plugin_log(&spec.name, subtask));
-            let mut watermark = i64::MIN;
-            if let Some(snapshot) = snapshot {
-                watermark = restored_watermark(store, snapshot, stage, subtask, job.parallelism)?;
+            let restored = match restore {
+                Restore::Fresh => None,
+                Restore::Checkpoint(snapshot) => Some(restored_watermark(store, snapshot, stage, subtask, job.parallelism)?),
+                Restore::Shard { watermark } => Some(watermark),
+            };
+            let watermark = restored.unwrap_or(i64::MIN);
+            if restored.is_some() {
                 if spec.key_by {
                     let groups = key_groups.range(subtask, job.parallelism);
                     restored_entries += store.read_state(stage, groups, STATE_CHUNK_BYTES as usize, |chunk| {
@@ -329,11 +453,15 @@ fn instances(
         }
         stages.push(subtasks);
     }
-    if let Some(snapshot) = snapshot {
+    if !matches!(restore, Restore::Fresh) {
         let duration = started.elapsed();
         metrics.checkpoint().restored(restored_entries, duration);
+        let checkpoint = match restore {
+            Restore::Checkpoint(snapshot) => Some(snapshot.n),
+            _ => None,
+        };
         tracing::info!(
-            checkpoint = snapshot.n, entries = restored_entries, duration_ms = duration.as_millis() as u64,
+            checkpoint, entries = restored_entries, duration_ms = duration.as_millis() as u64,
             parallelism = job.parallelism, "restored keyed state"
         );
     }

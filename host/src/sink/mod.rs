@@ -15,7 +15,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::batch::{Batch, RecordRef};
-use crate::checkpoint::layout;
+use crate::checkpoint::layout::{self, PartitionState};
 use crate::dataflow::{DeadLetter, Event, Message, TaskFailure};
 
 pub mod config;
@@ -58,6 +58,8 @@ impl ProducerContext for SinkContext {
 
 pub(crate) struct SinkConfig<'a> {
     pub(crate) job: &'a str,
+    /// The producer's: the job's name, or a scaled-out process's (`shard_transactional_id`).
+    pub(crate) transactional_id: &'a str,
     pub(crate) brokers: &'a str,
     pub(crate) topic: &'a str,
     pub(crate) dead_letter_topic: Option<&'a str>,
@@ -74,12 +76,37 @@ pub(crate) struct Sink {
     group: ConsumerGroupMetadata,
     /// Commits offsets in at-least-once mode; names the group in exactly-once mode.
     offsets: BaseConsumer,
+    /// A scaled-out process's membership of the job's group: its metadata, read at each
+    /// commit, fences a process that lost its partitions (a stale generation).
+    member: Option<Member>,
+    transactional_id: String,
+}
+
+/// The current group metadata of a scaled-out process's membership.
+pub(crate) type Member = std::sync::Arc<dyn Fn() -> Option<ConsumerGroupMetadata> + Send + Sync>;
+
+/// The transactional.id of the process of a scaled-out job whose lowest input partition
+/// is `partition`: the next owner of that partition fences it (`fence`). `#` is not
+/// allowed in job names, so no single-process job shares it.
+pub(crate) fn shard_transactional_id(job: &str, partition: i32) -> String {
+    format!("{job}#{partition}")
+}
+
+/// Fences the producer with `transactional_id` (its open transaction is aborted), so
+/// that records and offsets a dead or paused process left pending neither commit nor
+/// hold back readers until the transaction times out.
+pub(crate) fn fence(config: &SinkConfig<'_>, transactional_id: &str) -> Result<(), SinkError> {
+    let client = self::config::client_config(transactional_id, config.brokers, true, config.extra);
+    let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
+    let producer: ThreadedProducer<SinkContext> =
+        client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating a producer to fence with", e))?;
+    producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka("fencing an earlier owner's transactions", e))
 }
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SinkError {
-    #[error("another weir instance with transactional.id `{job}` took over the job and fenced this one: {source}")]
-    Fenced { job: String, source: KafkaError },
+    #[error("another weir instance with transactional.id `{transactional_id}` took over and fenced this one: {source}")]
+    Fenced { transactional_id: String, source: KafkaError },
     #[error("Kafka sink for topic {topic}: {doing}: {source}")]
     Kafka { topic: String, doing: &'static str, source: KafkaError },
     #[error("{count} records could not be delivered to {topic} (first: {first})")]
@@ -120,9 +147,9 @@ fn is_fencing_code(code: RDKafkaErrorCode) -> bool {
 impl Sink {
     /// Connects and, exactly-once, calls `init_transactions`: this fences any earlier
     /// instance of the job and aborts the transaction it left open.
-    pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer) -> Result<Sink, SinkError> {
+    pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer, member: Option<Member>) -> Result<Sink, SinkError> {
         let transactional = config.delivery == Delivery::ExactlyOnce;
-        let client = self::config::client_config(config.job, config.brokers, transactional, config.extra);
+        let client = self::config::client_config(config.transactional_id, config.brokers, transactional, config.extra);
         let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
         let producer: ThreadedProducer<SinkContext> = client
             .create_with_context(SinkContext::default())
@@ -141,6 +168,8 @@ impl Sink {
             dead_letter_topic: config.dead_letter_topic.map(str::to_string),
             group,
             offsets,
+            member,
+            transactional_id: config.transactional_id.to_string(),
         })
     }
 
@@ -234,23 +263,27 @@ impl Sink {
     }
 
     /// Commits checkpoint `n`: its records and, atomically with them, the next offset
-    /// of every input partition with metadata `weir:ckpt=<n>`. Then opens epoch n+1.
-    pub(crate) fn commit(&self, n: u64, source_topic: &str, offsets: &BTreeMap<i32, i64>) -> Result<(), SinkError> {
+    /// of every input partition with metadata `weir:ckpt=<n>` (a scaled-out process adds
+    /// the partition's greatest event time). Then opens epoch n+1.
+    pub(crate) fn commit(&self, n: u64, source_topic: &str, offsets: &BTreeMap<i32, PartitionState>) -> Result<(), SinkError> {
         let mut list = TopicPartitionList::new();
-        for (&partition, &offset) in offsets {
-            list.add_partition_offset(source_topic, partition, Offset::Offset(offset))
+        for (&partition, state) in offsets {
+            list.add_partition_offset(source_topic, partition, Offset::Offset(state.next_offset))
                 .map_err(|e| self.error("listing offsets", e))?;
-            list.find_partition(source_topic, partition)
-                .expect("partition just added")
-                .set_metadata(layout::offset_metadata(n));
+            let metadata = match self.member {
+                Some(_) => layout::shard_offset_metadata(n, state.max_timestamp),
+                None => layout::offset_metadata(n),
+            };
+            list.find_partition(source_topic, partition).expect("partition just added").set_metadata(metadata);
         }
         match self.delivery {
             Delivery::ExactlyOnce => {
                 // Flushed first so that rdkafka's commit, which flushes in 100 ms sleeps,
                 // finds nothing left to flush.
                 self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
+                let member = self.member.as_ref().and_then(|member| member());
                 self.producer
-                    .send_offsets_to_transaction(&list, &self.group, TXN_TIMEOUT)
+                    .send_offsets_to_transaction(&list, member.as_ref().unwrap_or(&self.group), TXN_TIMEOUT)
                     .map_err(|e| self.error("send_offsets_to_transaction", e))?;
                 self.producer
                     .commit_transaction(TXN_TIMEOUT)
@@ -320,7 +353,7 @@ impl Sink {
         let fenced = is_fencing(&source)
             || self.producer.client().fatal_error().is_some_and(|(code, _)| is_fencing_code(code));
         if fenced {
-            SinkError::Fenced { job: self.job.clone(), source }
+            SinkError::Fenced { transactional_id: self.transactional_id.clone(), source }
         } else {
             SinkError::Kafka { topic: self.topic.clone(), doing, source }
         }

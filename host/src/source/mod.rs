@@ -10,7 +10,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{Event, KeyGroups, Message, Origin, Records, TaskFailure};
+use crate::dataflow::{Event, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
 use crate::metrics::Metrics;
 
 pub mod config;
@@ -48,6 +48,9 @@ pub(crate) struct SourceTask {
     /// set, else to the subtask with this task's index.
     pub(crate) outputs: Vec<Sender<Message>>,
     pub(crate) key_by: Option<KeyGroups>,
+    /// In a process of a scaled-out job, the partitions it owns: a keyed record must be
+    /// in a key group of the partition it was read from.
+    pub(crate) shard: Option<Shard>,
     pub(crate) control: Receiver<Control>,
     pub(crate) events: Sender<Event>,
     pub(crate) metrics: Metrics,
@@ -243,6 +246,9 @@ impl SourceTask {
     }
 
     fn send_records(&self, records: Records) -> Result<(), TaskFailure> {
+        if let (Some(groups), Some(shard)) = (self.key_by, &self.shard) {
+            self.check_co_partitioned(groups, shard, &records)?;
+        }
         let groups = match self.key_by {
             Some(groups) if self.outputs.len() > 1 => groups,
             Some(_) => return self.send(0, Message::Records(records)),
@@ -255,6 +261,19 @@ impl SourceTask {
         for (target, part) in routed.into_iter().enumerate() {
             if !part.is_empty() {
                 self.send(target, Message::Records(part))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Scaled out, each process keeps the state of the key groups its partitions carry:
+    /// a record whose key group another partition carries would split a key's state
+    /// between processes.
+    fn check_co_partitioned(&self, groups: KeyGroups, shard: &Shard, records: &Records) -> Result<(), TaskFailure> {
+        for (record, origin) in records.batch.iter().zip(&records.origins) {
+            let group = groups.group_of(record.key);
+            if shard.partition_of(group) != origin.partition {
+                return Err(TaskFailure::Incompatible(shard.not_co_partitioned(&self.topic, group, Some(origin.partition))));
             }
         }
         Ok(())

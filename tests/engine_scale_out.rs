@@ -1,0 +1,188 @@
+//! Several processes of one job (`scale_out = true`) through the job's consumer group, on
+//! the real broker: processes SIGKILLed at random and restarted, one joining and one
+//! leaving, one paused past its session timeout and resumed; the committed output equals
+//! the reference exactly every time. Input that is not co-partitioned by key is refused.
+
+use crate::support;
+
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use support::clicks::{self, Clicks};
+use support::job::{self, JobDir};
+use support::{Isolation, Tail};
+
+const PARTITIONS: i32 = 8;
+const OUTPUT_PARTITIONS: i32 = 4;
+const WINDOW_MS: i64 = 1000;
+/// Longer than the group's session timeout (6 s): the group has moved a paused process's
+/// partitions by then.
+const PAUSE: Duration = Duration::from_secs(10);
+/// What a process logs when it runs a set of partitions.
+const RUNNING: &str = "restored this process's partitions; running";
+
+/// A window-count job with `scale_out = true` on an input of `PARTITIONS` partitions.
+fn scale_out_job(prefix: &str) -> JobDir {
+    let job = job::job_dir(prefix);
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, OUTPUT_PARTITIONS);
+    job.window_count(1, 200, WINDOW_MS as u64, "");
+    let text = std::fs::read_to_string(job.path()).expect("reading the job file");
+    let top = format!("key_groups = {}\n", job::KEY_GROUPS);
+    assert!(text.contains(&top), "the job file sets key_groups at the top");
+    std::fs::write(job.path(), text.replace(&top, &format!("{top}scale_out = true\n"))).expect("writing the job file");
+    job
+}
+
+/// One `weir run` of the job, with a log of its own (kept across its restarts).
+struct Process {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn start(job: &JobDir, index: usize) -> Process {
+        let log = job.dir.path().join(format!("weir-{index}.log"));
+        Process { child: job::start(&job.path(), &log, &[]), log }
+    }
+
+    fn restart(&mut self, job: &JobDir) {
+        self.child = job::start(&job.path(), &self.log, &[]);
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on a child we own.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+    }
+
+    fn log(&self) -> String {
+        job::read_log(&self.log)
+    }
+}
+
+fn logs(processes: &[Process]) -> String {
+    processes.iter().enumerate().map(|(i, p)| format!("--- process {i} ---\n{}", p.log())).collect()
+}
+
+/// Waits until the output holds as many records as the reference, stops every process
+/// with SIGTERM and compares the whole committed output with the reference.
+fn stop_and_compare(job: &JobDir, processes: &mut [Process], input: &[clicks::Input]) {
+    let expected = clicks::window_counts(input, WINDOW_MS);
+    let mut tail = Tail::new(&job.output, OUTPUT_PARTITIONS);
+    let complete = tail.until(expected.len(), Duration::from_secs(180));
+    assert!(complete, "output incomplete after 180 s ({} of {}); logs:\n{}", tail.records.len(), expected.len(), logs(processes));
+    for process in processes.iter_mut() {
+        process.signal(libc::SIGTERM);
+    }
+    for process in processes.iter_mut() {
+        let status = job::wait(&mut process.child, Duration::from_secs(60));
+        assert!(status.is_some_and(|s| s.success()), "a process exited with {status:?} after SIGTERM; logs:\n{}", logs(processes));
+    }
+    let committed = support::read_to_end(&job.output, OUTPUT_PARTITIONS, Isolation::ReadCommitted);
+    let actual = clicks::as_multiset(&committed);
+    assert!(actual == expected, "{}\nlogs:\n{}", clicks::difference(&expected, &actual), logs(processes));
+}
+
+fn produce(job: &JobDir, chunks: usize) -> std::thread::JoinHandle<Vec<clicks::Input>> {
+    clicks::produce_paced(&job.input, support::crash_seed(), PARTITIONS, chunks, true)
+}
+
+/// Waits until `process` has committed a checkpoint more than it had.
+fn wait_for_commit(process: &Process) {
+    job::wait_for_more(&process.log, "checkpoint committed", job::count_in_log(&process.log, "checkpoint committed"), Duration::from_secs(90));
+}
+
+#[test]
+fn three_processes_killed_at_random_keep_the_output_exact() {
+    let job = scale_out_job("so-kill");
+    let mut random = support::crash_seed();
+    let producer = produce(&job, 40);
+    let mut processes: Vec<Process> = (0..3).map(|i| Process::start(&job, i)).collect();
+    let mut kills = 0;
+    while !producer.is_finished() {
+        std::thread::sleep(Duration::from_millis(1000 + support::next_random(&mut random) % 3000));
+        let victim = &mut processes[(support::next_random(&mut random) % 3) as usize];
+        job::kill(&mut victim.child);
+        victim.restart(&job);
+        kills += 1;
+    }
+    let input = producer.join().expect("producer thread");
+    assert!(kills >= 3, "only {kills} kills while the input arrived");
+    stop_and_compare(&job, &mut processes, &input);
+    let text = logs(&processes);
+    assert!(text.contains("this process's partitions changed"), "no rebalance was logged:\n{text}");
+}
+
+#[test]
+fn a_process_joins_and_another_leaves_with_sigterm() {
+    let job = scale_out_job("so-join");
+    let producer = produce(&job, 40);
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    for process in &processes {
+        wait_for_commit(process);
+    }
+    processes.push(Process::start(&job, 2));
+    wait_for_commit(&processes[2]);
+    let leaving = processes.remove(0);
+    let mut leaving = leaving;
+    let status = job::terminate(&mut leaving.child, Duration::from_secs(60));
+    assert!(status.success(), "the leaving process exited with {status}; log:\n{}", leaving.log());
+    let text = leaving.log();
+    assert!(text.contains("committing a final checkpoint"), "the leaving process did not commit its partitions:\n{text}");
+    let input = producer.join().expect("producer thread");
+    stop_and_compare(&job, &mut processes, &input);
+    for process in &processes {
+        let text = process.log();
+        assert!(text.contains("this process's partitions changed"), "no rebalance logged:\n{text}");
+        assert!(text.contains("gained"), "no partitions gained:\n{text}");
+    }
+}
+
+#[test]
+fn a_paused_process_commits_nothing_after_the_group_moved_its_partitions() {
+    let job = scale_out_job("so-zombie");
+    let producer = produce(&job, 50);
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    for process in &processes {
+        wait_for_commit(process);
+    }
+    let runs_before = job::count_in_log(&processes[1].log, RUNNING);
+    processes[0].signal(libc::SIGSTOP);
+    let paused = Instant::now();
+    // The other takes over everything once the paused one's session times out.
+    job::wait_for_more(&processes[1].log, RUNNING, runs_before, Duration::from_secs(60));
+    std::thread::sleep(PAUSE.saturating_sub(paused.elapsed()));
+    let resumed_at = processes[0].log().len();
+    processes[0].signal(libc::SIGCONT);
+    let input = producer.join().expect("producer thread");
+    stop_and_compare(&job, &mut processes, &input);
+    // Between its resumption and its next start over the group's partitions, the paused
+    // process committed nothing.
+    let text = processes[0].log();
+    let after = &text[resumed_at..];
+    let until_rejoined = after.find(RUNNING).map_or(after, |end| &after[..end]);
+    assert!(
+        !until_rejoined.contains("checkpoint committed"),
+        "the paused process committed a checkpoint after it lost its partitions:\n{after}"
+    );
+}
+
+#[test]
+fn input_not_co_partitioned_by_key_is_refused_with_two_processes() {
+    let job = scale_out_job("so-random");
+    let mut clicks = Clicks::new(3, PARTITIONS, 300);
+    support::produce(&job.input, &clicks.take(2_000));
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    for process in &mut processes {
+        let status = job::wait(&mut process.child, Duration::from_secs(90));
+        let text = process.log();
+        assert!(status.is_some_and(|s| !s.success()), "a process did not fail ({status:?}):\n{text}");
+        assert!(text.contains("not co-partitioned by key"), "the error does not say why:\n{text}");
+        assert!(text.contains(&job.input), "the error does not name the topic:\n{text}");
+    }
+    let committed = support::read_to_end(&job.output, OUTPUT_PARTITIONS, Isolation::ReadCommitted);
+    assert!(committed.is_empty(), "output was committed from input that is not co-partitioned");
+}
