@@ -186,3 +186,32 @@ fn input_not_co_partitioned_by_key_is_refused_with_two_processes() {
     let committed = support::read_to_end(&job.output, OUTPUT_PARTITIONS, Isolation::ReadCommitted);
     assert!(committed.is_empty(), "output was committed from input that is not co-partitioned");
 }
+
+#[test]
+fn a_single_process_job_scales_out_and_back_is_refused_by_name() {
+    // Started as one process, killed mid-stream, continued by two processes of the same
+    // job: the output is exact. Going back to one process is refused, naming the key.
+    let job = scale_out_job("so-migrate");
+    let scaled = std::fs::read_to_string(job.path()).expect("job file");
+    let single = scaled.replace("scale_out = true\n", "");
+    std::fs::write(job.path(), &single).expect("writing the job file");
+    let producer = produce(&job, 30);
+    let log = job.dir.path().join("single.log");
+    let mut first = job::start(&job.path(), &log, &[]);
+    for _ in 0..3 {
+        job::wait_for_more(&log, "checkpoint committed", job::count_in_log(&log, "checkpoint committed"), Duration::from_secs(60));
+    }
+    job::kill(&mut first);
+
+    std::fs::write(job.path(), &scaled).expect("writing the job file");
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    let input = producer.join().expect("producer thread");
+    stop_and_compare(&job, &mut processes, &input);
+
+    std::fs::write(job.path(), &single).expect("writing the job file");
+    let mut back = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut back, Duration::from_secs(60));
+    let text = job::read_log(&log);
+    assert!(status.is_some_and(|s| !s.success()), "one process started on a scaled-out job's offsets:\n{text}");
+    assert!(text.contains("does not set scale_out = true"), "the refusal does not name the key:\n{text}");
+}

@@ -205,6 +205,7 @@ fn minimal_file_gets_the_documented_defaults() {
     assert_eq!(job.sink.dead_letter_topic, None);
     assert!(job.sink.kafka.is_empty());
     assert_eq!(job.restarts, job::Restarts::default());
+    assert!(!job.scale_out, "one process unless asked");
     assert_eq!(
         (
             job.restarts.max,
@@ -224,6 +225,14 @@ fn at_least_once_delivery_is_accepted() {
         r#"delivery = "at-least-once""#,
     );
     assert_eq!(parse(&text).unwrap().sink.delivery, Delivery::AtLeastOnce);
+}
+
+#[test]
+fn scale_out_is_accepted_with_exactly_once_only() {
+    let text = edit(FULL, r#"state_dir = "state/clicks""#, "state_dir = \"state/clicks\"\nscale_out = true");
+    assert!(parse(&text).unwrap().scale_out);
+    let text = edit(&text, r#"delivery = "exactly-once""#, r#"delivery = "at-least-once""#);
+    assert_contains(&error_of(&text), &["scale_out = true needs delivery = \"exactly-once\"", "run one process"]);
 }
 
 #[test]

@@ -33,11 +33,12 @@ use super::{Engine, Records, graph, recover};
 const POLL: Duration = Duration::from_millis(50);
 /// Group settings weir chooses unless `[source.kafka]` sets them. The session timeout
 /// is the least a broker accepts by default (`group.min.session.timeout.ms`): it bounds
-/// how soon the partitions of a process that died move to the others.
+/// how soon the partitions of a process that died move to the others. The others learn
+/// of a rebalance at their next heartbeat.
 const MEMBERSHIP_DEFAULTS: [(&str, &str); 3] = [
     ("partition.assignment.strategy", "cooperative-sticky"),
     ("session.timeout.ms", "6000"),
-    ("heartbeat.interval.ms", "2000"),
+    ("heartbeat.interval.ms", "500"),
 ];
 /// How long a fenced process waits for the group to say what it owns now before it
 /// starts again with what it believes it owns.

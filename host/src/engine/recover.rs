@@ -17,7 +17,7 @@ use crate::dataflow::{KeyGroups, Shard, TaskFailure};
 use crate::job::{self, Job};
 use crate::metrics::Metrics;
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin};
-use crate::sink::{self, Delivery, Member, Sink, SinkConfig};
+use crate::sink::{self, Delivery, Member, Sink, SinkConfig, SinkError};
 use crate::source;
 
 use super::fault::{self, Step};
@@ -115,16 +115,20 @@ pub(super) fn recover_shard(
     let lowest = *owned.first().expect("an attempt owns a partition");
     let transactional_id = sink::shard_transactional_id(&job.name, lowest);
     let config = sink_config(job, &transactional_id);
-    fence_earlier_owners(job, &config, &owned[1..])?;
-    let sink = Sink::connect(&config, offsets_consumer, Some(member))?;
+    let step = |what: &str| tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "recovery: {what}");
+    let sink = connect_fencing(job, &config, &owned[1..], || Sink::connect(&config, offsets_consumer, Some(member)))?;
+    step("fenced the earlier owners and connected the producer");
     let resume_consumer = consumer(job)?;
     let resume = recovery::committed_shard(&resume_consumer, &job.name, &job.source.topic, owned, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
+    step("read committed offsets");
     let wanted = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
     let found = changelog::prepare_shard(job, shardable(job, wanted, count)?, !resume.offsets.is_empty())?;
     let key_groups = shardable(job, found, count)?;
+    step("checked the changelog topic");
     let with_offsets = resume.offsets.keys().copied().collect();
     let entries = changelog::rebuild_shard(job, store, key_groups, &shard, &with_offsets)?;
+    step("rebuilt the key groups");
     let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
     let max_timestamp = |partition| resume.offsets.get(&partition).and_then(|&(_, time)| time);
     let sources = start_offsets(job, &resume_consumer, owned, &offsets, max_timestamp)?;
@@ -133,6 +137,7 @@ pub(super) fn recover_shard(
         false => Restore::Shard { watermark: shard_watermark(job, owned, &resume) },
     };
     let operators = instances(job, plugins, metrics, store, restore, key_groups)?;
+    step("restored the operators");
     sink.begin()?;
     tracing::info!(
         job = %job.name, partitions = ?owned, key_groups = shard.groups(key_groups).count(), entries,
@@ -143,17 +148,26 @@ pub(super) fn recover_shard(
     Ok(Recovered { sink, sources, operators, next, key_groups, positions: BTreeMap::new(), shard: Some(shard) })
 }
 
-/// Fences the producers of the processes whose lowest partition was one of `partitions`
-/// (the lowest this process owns is fenced by its own producer as it starts), aborting
-/// what a dead or paused owner left pending: its records and offsets would hold back
-/// every read_committed reader of them until its transaction timed out.
-fn fence_earlier_owners(job: &Job, config: &SinkConfig<'_>, partitions: &[i32]) -> Result<(), TaskFailure> {
+/// Connects this process's producer (`connect`, which fences the earlier holder of its
+/// own transactional.id) while fencing, in parallel, the producers of the processes whose
+/// lowest partition was one of `partitions`: what a dead or paused owner left pending
+/// would hold back every read_committed reader of it until its transaction timed out.
+fn connect_fencing(
+    job: &Job,
+    config: &SinkConfig<'_>,
+    partitions: &[i32],
+    connect: impl FnOnce() -> Result<Sink, SinkError> + Send,
+) -> Result<Sink, TaskFailure> {
     std::thread::scope(|scope| {
         let fencing: Vec<_> = partitions
             .iter()
             .map(|&partition| scope.spawn(move || sink::fence(config, &sink::shard_transactional_id(&job.name, partition))))
             .collect();
-        fencing.into_iter().try_for_each(|fence| fence.join().expect("a fencing thread panicked").map_err(TaskFailure::from))
+        let sink = connect();
+        for fence in fencing {
+            fence.join().expect("a fencing thread panicked")?;
+        }
+        Ok(sink?)
     })
 }
 
