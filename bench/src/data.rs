@@ -152,7 +152,7 @@ mod tests {
     #[test]
     fn keyed_input_is_co_partitioned_and_keeps_event_time_in_order() {
         let keyed = Workload { keyed: true, partitions: 12, ..QUICK };
-        let mut last = vec![i64::MIN; 12];
+        let mut last = [i64::MIN; 12];
         for r in keyed.records() {
             assert_eq!(r.partition, java_partition(key(r.key).as_bytes(), 12));
             assert!(r.ts >= last[r.partition as usize]);
