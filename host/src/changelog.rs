@@ -134,39 +134,51 @@ fn check_compacted(job: &Job, topic: &str) -> Result<(), TaskFailure> {
     Ok(())
 }
 
-/// A process of a scaled-out job: makes sure the changelog exists with one partition per
-/// key group, creating it when none of its partitions has a committed checkpoint (the
-/// job's other processes may be creating it too). The job's key groups are the
-/// existing topic's partition count, else `key_groups`.
-pub(crate) fn prepare_shard(job: &Job, key_groups: KeyGroups, committed: bool) -> Result<KeyGroups, TaskFailure> {
+/// A process of a scaled-out job whose changelog does not exist: creates it when none
+/// of the process's partitions has a committed checkpoint (the job's other processes
+/// may be creating it too); else the job's state is gone.
+pub(crate) fn create_shard(job: &Job, key_groups: KeyGroups, committed: bool) -> Result<(), TaskFailure> {
     let topic = topic(job);
-    match partition_count(job, &topic)? {
-        None if !committed => create(job, &topic, key_groups).map(|()| key_groups),
-        None => Err(TaskFailure::Incompatible(format!(
+    if committed {
+        return Err(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` on {} does not exist, but Kafka's committed offsets name checkpoints of \
              this process's partitions: the job's state is gone from Kafka. Restore the topic, or start over \
              deliberately with empty state by deleting consumer group `{}`",
             job.sink.brokers, job.name
-        ))),
-        Some(found) if job.key_groups.is_some_and(|wanted| wanted != found) => Err(wrong_partitions(job, &topic, found, key_groups)),
-        Some(found) => check_compacted(job, &topic).map(|()| KeyGroups::new(found)),
+        )));
     }
+    create(job, &topic, key_groups)
+}
+
+/// What `rebuild_shard` brought into the store.
+pub(crate) struct Rebuilt {
+    /// The job's key groups: the changelog's partition count.
+    pub(crate) key_groups: KeyGroups,
+    pub(crate) entries: u64,
+    /// Per input partition whose key groups hold committed state, where the first
+    /// record of it is (changelog partition, offset).
+    pub(crate) with_state: BTreeMap<i32, (i32, i64)>,
 }
 
 /// A process of a scaled-out job: rebuilds the state of the key groups it owns from
-/// their changelog partitions, read (read_committed) to their end, into the emptied
-/// store; the job's other processes write only the other partitions. A committed
-/// record in a group of a partition without committed offsets (`committed` lists
-/// those with) is an earlier run's state: refused. Returns the entries read.
+/// their changelog partitions, read (read_committed) to their end, into the store,
+/// emptied first; the job's other processes write only the other partitions. `None`
+/// when the changelog does not exist. `check` accepts the key groups the topic has (or says why
+/// they cannot be this job's).
 pub(crate) fn rebuild_shard(
     job: &Job,
     store: &CheckpointStore,
-    key_groups: KeyGroups,
     shard: &Shard,
-    committed: &BTreeSet<i32>,
-) -> Result<u64, TaskFailure> {
+    check: impl Fn(KeyGroups) -> Result<KeyGroups, TaskFailure>,
+) -> Result<Option<Rebuilt>, TaskFailure> {
     let topic = topic(job);
     store.clear()?;
+    let Some(found) = partition_count(job, &topic)? else { return Ok(None) };
+    if let Some(wanted) = job.key_groups.filter(|&wanted| wanted != found) {
+        return Err(wrong_partitions(job, &topic, found, KeyGroups::new(wanted)));
+    }
+    check_compacted(job, &topic)?;
+    let key_groups = check(KeyGroups::new(found))?;
     let groups: Vec<i32> = shard.groups(key_groups).map(|group| group as i32).collect();
     let consumer = reader_for(job, &topic, groups.iter().map(|&group| (group, Offset::Beginning)))?;
     let mut replayed = Replayed {
@@ -180,21 +192,25 @@ pub(crate) fn rebuild_shard(
         checkpoint: None,
         positions: BTreeMap::new(),
     };
+    let mut with_state = BTreeMap::new();
     read_to_end(&consumer, &topic, groups.len() as u32, |partition, offset, message| {
-        let input = shard.partition_of(partition as u32);
-        if !committed.contains(&input) {
-            return Err(TaskFailure::Incompatible(format!(
-                "the changelog topic `{topic}` already holds state (a committed record at partition {partition} \
-                 offset {offset}) for input partition {input}, but job `{}` has no committed checkpoint of that \
-                 partition: it is the state of an earlier run. Delete the topic to start over, or set \
-                 changelog_topic to a new name",
-                job.name
-            )));
-        }
+        with_state.entry(shard.partition_of(partition as u32)).or_insert((partition, offset));
         replayed.add(partition, offset, message)
     })?;
     replayed.flush()?;
-    Ok(replayed.entries)
+    Ok(Some(Rebuilt { key_groups, entries: replayed.entries, with_state }))
+}
+
+/// A scaled-out process found committed state (at `partition` `offset` of the changelog)
+/// for input partition `input`, which has no committed offsets: an earlier run's.
+pub(crate) fn earlier_state(job: &Job, input: i32, (partition, offset): (i32, i64)) -> TaskFailure {
+    TaskFailure::Incompatible(format!(
+        "the changelog topic `{}` already holds state (a committed record at partition {partition} offset \
+         {offset}) for input partition {input}, but job `{}` has no committed checkpoint of that partition: it is \
+         the state of an earlier run. Delete the topic to start over, or set changelog_topic to a new name",
+        topic(job),
+        job.name
+    ))
 }
 
 /// The state_dir's state of the committed checkpoint, as recovery found it.
@@ -622,6 +638,10 @@ fn reader_for(job: &Job, topic: &str, partitions: impl Iterator<Item = (i32, Off
         .set("fetch.wait.max.ms", "10")
         .create_with_context(Reader)
         .map_err(|e| TaskFailure::Kafka(format!("creating a consumer of the changelog topic `{topic}`: {e}")))?;
+    // With a broker connection up first, the partitions' first offsets are asked for at
+    // once; without, librdkafka asks again 500 ms later. A broker that does not answer
+    // is left for the read to report.
+    let _ = consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT);
     let mut list = TopicPartitionList::new();
     for (partition, start) in partitions {
         list.add_partition_offset(topic, partition, start)

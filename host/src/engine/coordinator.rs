@@ -26,6 +26,8 @@ use crate::state::StateChanges;
 use super::fault::{self, Step};
 use super::watchdog::Watchdog;
 
+/// How soon after it starts a scaled-out process commits its first checkpoint.
+const FIRST_SHARD_CHECKPOINT: Duration = Duration::from_millis(100);
 /// How often the idle coordinator looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
@@ -84,7 +86,10 @@ pub(super) enum Outcome {
 
 impl Coordinator<'_> {
     pub(super) fn run(&mut self) -> Result<Outcome, TaskFailure> {
-        let mut due = Instant::now() + self.interval;
+        // A scaled-out process's first checkpoint comes at once: the partitions it took
+        // over show output again without waiting a whole interval.
+        let first = if self.scaled_out { self.interval.min(FIRST_SHARD_CHECKPOINT) } else { self.interval };
+        let mut due = Instant::now() + first;
         loop {
             let stopping = self.idle_until(due)?;
             // The interval runs from one barrier to the next, as in Flink: a checkpoint

@@ -116,18 +116,37 @@ pub(super) fn recover_shard(
     let transactional_id = sink::shard_transactional_id(&job.name, lowest);
     let config = sink_config(job, &transactional_id);
     let step = |what: &str| tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "recovery: {what}");
-    let sink = connect_fencing(job, &config, &owned[1..], || Sink::connect(&config, offsets_consumer, Some(member)))?;
-    step("fenced the earlier owners and connected the producer");
-    let resume_consumer = consumer(job)?;
-    let resume = recovery::committed_shard(&resume_consumer, &job.name, &job.source.topic, owned, CONNECT_TIMEOUT)
-        .map_err(TaskFailure::Recovery)?;
-    step("read committed offsets");
-    let wanted = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
-    let found = changelog::prepare_shard(job, shardable(job, wanted, count)?, !resume.offsets.is_empty())?;
-    let key_groups = shardable(job, found, count)?;
-    step("checked the changelog topic");
-    let with_offsets = resume.offsets.keys().copied().collect();
-    let entries = changelog::rebuild_shard(job, store, key_groups, &shard, &with_offsets)?;
+    // The changelog is read while the earlier owners are fenced: none of them can commit
+    // to these partitions any more (the group moved them, so a late commit carries a
+    // stale generation), and what a dead one left open ends the read where it begins.
+    let (connected, rebuilt) = std::thread::scope(|scope| {
+        let rebuilding = scope.spawn(|| changelog::rebuild_shard(job, store, &shard, |found| shardable(job, found, count)));
+        let connected = connect_fencing(job, &config, &owned[1..], || Sink::connect(&config, offsets_consumer, Some(member)))
+            .and_then(|sink| {
+                step("fenced the earlier owners and connected the producer");
+                let resume_consumer = consumer(job)?;
+                let resume = recovery::committed_shard(&resume_consumer, &job.name, &job.source.topic, owned, CONNECT_TIMEOUT)
+                    .map_err(TaskFailure::Recovery)?;
+                step("read committed offsets");
+                Ok((sink, resume_consumer, resume))
+            });
+        (connected, rebuilding.join().expect("the rebuilding thread panicked"))
+    });
+    let (sink, resume_consumer, resume) = connected?;
+    let (key_groups, entries) = match rebuilt? {
+        Some(rebuilt) => {
+            if let Some((&input, &first)) = rebuilt.with_state.iter().find(|(input, _)| !resume.offsets.contains_key(input)) {
+                return Err(changelog::earlier_state(job, input, first));
+            }
+            (rebuilt.key_groups, rebuilt.entries)
+        }
+        None => {
+            let key_groups = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
+            let key_groups = shardable(job, key_groups, count)?;
+            changelog::create_shard(job, key_groups, !resume.offsets.is_empty())?;
+            (key_groups, 0)
+        }
+    };
     step("rebuilt the key groups");
     let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
     let max_timestamp = |partition| resume.offsets.get(&partition).and_then(|&(_, time)| time);

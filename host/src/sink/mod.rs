@@ -26,6 +26,8 @@ const TXN_TIMEOUT: Duration = Duration::from_secs(30);
 /// flush, the offsets, rdkafka's own flush (nothing left by then) and the commit, each
 /// within `TXN_TIMEOUT`; the next begin is local.
 pub(crate) const COMMIT_BOUND: Duration = Duration::from_secs(4 * TXN_TIMEOUT.as_secs());
+/// How long a new producer waits for its first broker connection before it goes on.
+const WARM_UP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a full producer queue may refuse records before the attempt is failed.
 const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);
 
@@ -100,7 +102,16 @@ pub(crate) fn fence(config: &SinkConfig<'_>, transactional_id: &str) -> Result<(
     let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
     let producer: ThreadedProducer<SinkContext> =
         client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating a producer to fence with", e))?;
+    warm_up(producer.client());
     producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka("fencing an earlier owner's transactions", e))
+}
+
+/// Waits (briefly) until the client has a broker connection up: librdkafka looks for the
+/// transaction coordinator only through a connected broker and, finding none, looks again
+/// 500 ms later, which every `init_transactions` of a new producer otherwise waited.
+/// A broker that does not answer is left for `init_transactions` to report.
+fn warm_up<C: ClientContext>(client: &rdkafka::client::Client<C>) {
+    let _ = client.fetch_metadata(None, WARM_UP_TIMEOUT);
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +166,7 @@ impl Sink {
             .create_with_context(SinkContext::default())
             .map_err(|e| kafka("creating the producer", e))?;
         if config.delivery == Delivery::ExactlyOnce {
+            warm_up(producer.client());
             producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka("init_transactions", e))?;
         }
         let group = offsets.group_metadata().ok_or_else(|| {
