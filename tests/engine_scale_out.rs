@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use rdkafka::producer::{BaseRecord, Producer};
 use support::clicks::{self, Clicks};
 use support::job::{self, JobDir};
 use support::{Isolation, Tail};
@@ -214,4 +215,53 @@ fn a_single_process_job_scales_out_and_back_is_refused_by_name() {
     let text = job::read_log(&log);
     assert!(status.is_some_and(|s| !s.success()), "one process started on a scaled-out job's offsets:\n{text}");
     assert!(text.contains("does not set scale_out = true"), "the refusal does not name the key:\n{text}");
+}
+
+#[test]
+fn a_transaction_left_open_on_the_changelog_holds_the_restore_until_it_ends() {
+    // A restore reads the changelog only once every transaction before its end has
+    // ended: read before, it would stop where the open one begins and miss what was
+    // committed after it.
+    let job = scale_out_job("so-open");
+    let mut clicks = Clicks::new(5, PARTITIONS, 200);
+    let mut input = clicks.take_keyed(2_000);
+    support::produce(&job.input, &input);
+    let mut first = Process::start(&job, 0);
+    wait_for_commit(&first);
+    let status = job::terminate(&mut first.child, Duration::from_secs(60));
+    assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
+
+    let intruder = support::transactional_producer(&support::unique_name("so-intruder"));
+    intruder.begin_transaction().expect("begin");
+    let changelog = format!("{}-changelog", job.name);
+    let record = BaseRecord::<[u8], [u8]>::to(&changelog).partition(0).key(b"k").payload(b"v");
+    intruder.send(record).map_err(|(e, _)| e).expect("send");
+    intruder.flush(Duration::from_secs(10)).expect("flush");
+
+    let mut second = Process::start(&job, 1);
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(!second.log().contains(RUNNING), "the restore did not wait for the open transaction:\n{}", second.log());
+    intruder.abort_transaction(Duration::from_secs(10)).expect("abort");
+    job::wait_for_log(&second.log, RUNNING, Duration::from_secs(30));
+    input.extend(clicks.flush_keyed());
+    support::produce(&job.input, &clicks.flush_keyed());
+    stop_and_compare(&job, std::slice::from_mut(&mut second), &input);
+}
+
+#[test]
+fn partitions_added_to_the_input_are_refused_by_name() {
+    let job = scale_out_job("so-grow");
+    let mut clicks = Clicks::new(6, PARTITIONS, 200);
+    support::produce(&job.input, &clicks.take_keyed(1_000));
+    let mut first = Process::start(&job, 0);
+    wait_for_commit(&first);
+    let status = job::terminate(&mut first.child, Duration::from_secs(60));
+    assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
+
+    support::add_partitions(&job.input, 2 * PARTITIONS as usize);
+    let mut second = Process::start(&job, 1);
+    let status = job::wait(&mut second.child, Duration::from_secs(90));
+    let text = second.log();
+    assert!(status.is_some_and(|s| !s.success()), "a process ran on the grown input ({status:?}):\n{text}");
+    assert!(text.contains("partitions were added"), "the refusal does not say why:\n{text}");
 }

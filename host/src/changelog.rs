@@ -152,34 +152,36 @@ pub(crate) fn create_shard(job: &Job, key_groups: KeyGroups, committed: bool) ->
 
 /// What `rebuild_shard` brought into the store.
 pub(crate) struct Rebuilt {
-    /// The job's key groups: the changelog's partition count.
-    pub(crate) key_groups: KeyGroups,
     pub(crate) entries: u64,
     /// Per input partition whose key groups hold committed state, where the first
     /// record of it is (changelog partition, offset).
     pub(crate) with_state: BTreeMap<i32, (i32, i64)>,
 }
 
-/// A process of a scaled-out job: rebuilds the state of the key groups it owns from
-/// their changelog partitions, read (read_committed) to their end, into the store,
-/// emptied first; the job's other processes write only the other partitions. `None`
-/// when the changelog does not exist. `check` accepts the key groups the topic has (or says why
-/// they cannot be this job's).
-pub(crate) fn rebuild_shard(
-    job: &Job,
-    store: &CheckpointStore,
-    shard: &Shard,
-    check: impl Fn(KeyGroups) -> Result<KeyGroups, TaskFailure>,
-) -> Result<Option<Rebuilt>, TaskFailure> {
+/// A process of a scaled-out job: the changelog's key groups (its partition count, which
+/// `check` accepts or says why they cannot be this job's), after checking that it is
+/// compacted; `None` when it does not exist.
+pub(crate) fn inspect_shard(job: &Job, check: impl Fn(KeyGroups) -> Result<KeyGroups, TaskFailure>) -> Result<Option<KeyGroups>, TaskFailure> {
     let topic = topic(job);
-    store.clear()?;
     let Some(found) = partition_count(job, &topic)? else { return Ok(None) };
     if let Some(wanted) = job.key_groups.filter(|&wanted| wanted != found) {
         return Err(wrong_partitions(job, &topic, found, KeyGroups::new(wanted)));
     }
     check_compacted(job, &topic)?;
-    let key_groups = check(KeyGroups::new(found))?;
+    check(KeyGroups::new(found)).map(Some)
+}
+
+/// A process of a scaled-out job, once the earlier owners of its partitions are fenced:
+/// rebuilds the state of the key groups it owns from their changelog partitions into
+/// the store, emptied first; the job's other processes write only the other partitions.
+/// The read goes to where the partitions end now, every transaction before it resolved:
+/// a commit's markers reach each partition after the commit returns, and a read that
+/// stopped where a transaction still open began would miss what was committed after it.
+pub(crate) fn rebuild_shard(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, shard: &Shard) -> Result<Rebuilt, TaskFailure> {
+    let topic = topic(job);
+    store.clear()?;
     let groups: Vec<i32> = shard.groups(key_groups).map(|group| group as i32).collect();
+    wait_resolved(job, &topic, &groups)?;
     let consumer = reader_for(job, &topic, groups.iter().map(|&group| (group, Offset::Beginning)))?;
     let mut replayed = Replayed {
         store,
@@ -198,7 +200,30 @@ pub(crate) fn rebuild_shard(
         replayed.add(partition, offset, message)
     })?;
     replayed.flush()?;
-    Ok(Some(Rebuilt { key_groups, entries: replayed.entries, with_state }))
+    Ok(Rebuilt { entries: replayed.entries, with_state })
+}
+
+/// Waits until no transaction is open before the current end of `partitions`: their
+/// last stable offset (what read_committed reads to) reaches where they end. Bounded
+/// by the job's transaction timeout, after which Kafka aborts a forgotten transaction.
+fn wait_resolved(job: &Job, topic: &str, partitions: &[i32]) -> Result<(), TaskFailure> {
+    let partitions: BTreeSet<i32> = partitions.iter().copied().collect();
+    let ends: BTreeMap<i32, i64> = Ends::new(job)?.of(&partitions)?.into_iter().collect();
+    let stable = Ends::stable(job)?;
+    let timeout_ms = job.sink.kafka.get("transaction.timeout.ms").and_then(|ms| ms.parse().ok());
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms.unwrap_or(crate::job::DEFAULT_TRANSACTION_TIMEOUT_MS)) + REQUEST_TIMEOUT;
+    loop {
+        let open = stable.of(&partitions)?.into_iter().find(|(partition, end)| end < &ends[partition]);
+        let Some((partition, stable_end)) = open else { return Ok(()) };
+        if Instant::now() > deadline {
+            return Err(TaskFailure::Kafka(format!(
+                "partition {partition} of the changelog topic `{topic}` has had a transaction open at offset \
+                 {stable_end} for longer than the transaction timeout: a producer that is not one of this job's \
+                 processes writes it (is a weir process of this job running without scale_out?)"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A scaled-out process found committed state (at `partition` `offset` of the changelog)
@@ -207,9 +232,12 @@ pub(crate) fn earlier_state(job: &Job, input: i32, (partition, offset): (i32, i6
     TaskFailure::Incompatible(format!(
         "the changelog topic `{}` already holds state (a committed record at partition {partition} offset \
          {offset}) for input partition {input}, but job `{}` has no committed checkpoint of that partition: it is \
-         the state of an earlier run. Delete the topic to start over, or set changelog_topic to a new name",
+         the state of an earlier run, or partitions were added to the input topic `{}` (which moves keys, and \
+         their state, between partitions). Restore the input's partition count, or start over under a new job \
+         name (deleting the topic deletes the job's state)",
         topic(job),
-        job.name
+        job.name,
+        job.source.topic
     ))
 }
 
@@ -750,6 +778,15 @@ pub(crate) struct Ends {
 }
 
 impl Ends {
+    /// Where partitions end for read_committed readers (the source's properties force
+    /// it): their last stable offsets.
+    pub(crate) fn stable(job: &Job) -> Result<Ends, TaskFailure> {
+        let consumer = client_config(job)
+            .create()
+            .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.sink.brokers)))?;
+        Ok(Ends { consumer, topic: topic(job) })
+    }
+
     pub(crate) fn new(job: &Job) -> Result<Ends, TaskFailure> {
         // Uncommitted records count: the checkpoint's own, not yet committed when this
         // reads, come before any of the next checkpoint's.

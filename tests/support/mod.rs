@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -257,6 +257,17 @@ impl Tail {
             }
         }
         true
+    }
+}
+
+/// Grows `topic` to `partitions` partitions.
+pub fn add_partitions(topic: &str, partitions: usize) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("admin client");
+    let results = block_on(admin.create_partitions([&NewPartitions::new(topic, partitions)], &AdminOptions::new()))
+        .unwrap_or_else(|e| panic!("adding partitions to {topic}: {e}"));
+    for result in results {
+        result.unwrap_or_else(|(topic, code)| panic!("adding partitions to {topic}: {code}"));
     }
 }
 

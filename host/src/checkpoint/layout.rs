@@ -46,7 +46,6 @@ const CHANGELOG_VALUE_TAG: u8 = 1;
 
 /// Kafka offset metadata: names the checkpoint that the committed offsets belong to.
 const OFFSET_METADATA_PREFIX: &str = "weir:ckpt=";
-const SHARD_TIME_SEPARATOR: &str = ";ts=";
 /// Bytes of one partition in a packed source entry.
 const PARTITION_BYTES: usize = 4 + 8 + 8;
 const WATERMARK_BYTES: usize = 8;
@@ -443,21 +442,64 @@ pub fn parse_offset_metadata(metadata: &str) -> Option<u64> {
     metadata.strip_prefix(OFFSET_METADATA_PREFIX)?.parse().ok()
 }
 
-/// What a process of a scaled-out job commits with checkpoint `n` (its own count) for a
-/// partition: also the greatest event time read from it, where the watermark of the
-/// partition's next owner starts.
-pub fn shard_offset_metadata(n: u64, max_timestamp: i64) -> String {
-    format!("{OFFSET_METADATA_PREFIX}{n}{SHARD_TIME_SEPARATOR}{max_timestamp}")
+/// What a process of a scaled-out job commits for a partition with its checkpoint `n`
+/// (its own count), besides the offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardMetadata {
+    pub n: u64,
+    /// The greatest event time read from the partition: where the watermark of its next
+    /// owner starts. Unknown when a single process committed it.
+    pub max_timestamp: Option<i64>,
+    /// The input's partition count the job's keyed state was placed by.
+    pub partitions: Option<u32>,
+    /// `shape_hash` of the job that committed it.
+    pub shape: Option<u64>,
 }
 
-/// The checkpoint and greatest event time that a scaled-out job's offset metadata
-/// names; a single process's names no time. `None` if weir did not write it.
-pub fn parse_shard_offset_metadata(metadata: &str) -> Option<(u64, Option<i64>)> {
-    let rest = metadata.strip_prefix(OFFSET_METADATA_PREFIX)?;
-    match rest.split_once(SHARD_TIME_SEPARATOR) {
-        Some((n, time)) => Some((n.parse().ok()?, Some(time.parse().ok()?))),
-        None => Some((rest.parse().ok()?, None)),
+/// The offset metadata of `meta`: `weir:ckpt=N;ts=T;p=P;shape=H`.
+pub fn shard_offset_metadata(meta: &ShardMetadata) -> String {
+    let mut text = format!("{OFFSET_METADATA_PREFIX}{}", meta.n);
+    let fields = [
+        ("ts", meta.max_timestamp.map(|t| t.to_string())),
+        ("p", meta.partitions.map(|p| p.to_string())),
+        ("shape", meta.shape.map(|h| format!("{h:016x}"))),
+    ];
+    for (key, value) in fields {
+        if let Some(value) = value {
+            text.push_str(&format!(";{key}={value}"));
+        }
     }
+    text
+}
+
+/// The metadata a scaled-out process (or a single one: only `n`) committed; `None` if
+/// weir did not write it. Fields it does not know are skipped.
+pub fn parse_shard_offset_metadata(metadata: &str) -> Option<ShardMetadata> {
+    let mut fields = metadata.strip_prefix(OFFSET_METADATA_PREFIX)?.split(';');
+    let mut meta = ShardMetadata { n: fields.next()?.parse().ok()?, max_timestamp: None, partitions: None, shape: None };
+    for field in fields {
+        let (key, value) = field.split_once('=')?;
+        match key {
+            "ts" => meta.max_timestamp = Some(value.parse().ok()?),
+            "p" => meta.partitions = Some(value.parse().ok()?),
+            "shape" => meta.shape = Some(u64::from_str_radix(value, 16).ok()?),
+            _ => {}
+        }
+    }
+    Some(meta)
+}
+
+/// What a scaled-out job's offsets record of its shape: its operators, in order, and its
+/// input topic (FNV-1a), so that a changed chain is refused rather than handed another
+/// operator's state.
+pub fn shape_hash(operators: &[String], source_topic: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in operators.iter().map(String::as_str).chain([source_topic]) {
+        for byte in part.bytes().chain([0]) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
 }
 
 #[cfg(test)]
@@ -598,10 +640,14 @@ mod tests {
         assert_eq!(parse_offset_metadata("weir:ckpt=42"), Some(42));
         assert_eq!(parse_offset_metadata("other"), None);
         assert_eq!(parse_offset_metadata("weir:ckpt=x"), None);
-        assert_eq!(shard_offset_metadata(7, -3), "weir:ckpt=7;ts=-3");
-        assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;ts=-3"), Some((7, Some(-3))));
-        assert_eq!(parse_shard_offset_metadata("weir:ckpt=7"), Some((7, None)));
+        let meta = ShardMetadata { n: 7, max_timestamp: Some(-3), partitions: Some(12), shape: Some(0xab) };
+        assert_eq!(shard_offset_metadata(&meta), "weir:ckpt=7;ts=-3;p=12;shape=00000000000000ab");
+        assert_eq!(parse_shard_offset_metadata(&shard_offset_metadata(&meta)), Some(meta));
+        let single = ShardMetadata { n: 7, max_timestamp: None, partitions: None, shape: None };
+        assert_eq!(parse_shard_offset_metadata("weir:ckpt=7"), Some(single));
         assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;ts=x"), None);
+        assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;later=1").map(|m| m.n), Some(7));
+        assert_ne!(shape_hash(&["a".into(), "b".into()], "t"), shape_hash(&["ab".into()], "t"));
         assert_eq!(parse_offset_metadata("weir:ckpt=7;ts=1"), None);
     }
 }

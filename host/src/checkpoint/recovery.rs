@@ -8,7 +8,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::layout;
+use super::layout::{self, ShardMetadata};
 
 
 /// Where the job resumes.
@@ -49,9 +49,9 @@ pub enum RecoveryError {
 /// Where a process of a scaled-out job resumes its partitions.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct ShardResume {
-    /// Per owned partition with committed offsets: the next offset to read and the
-    /// greatest event time read before it (unknown when a single process committed it).
-    pub(crate) offsets: BTreeMap<i32, (i64, Option<i64>)>,
+    /// Per owned partition with committed offsets: the next offset to read and what was
+    /// committed with it.
+    pub(crate) offsets: BTreeMap<i32, (i64, ShardMetadata)>,
     /// The greatest checkpoint number among them.
     pub(crate) checkpoint: Option<u64>,
 }
@@ -91,7 +91,7 @@ pub(crate) fn committed(consumer: &BaseConsumer, group: &str, topic: &str, parti
         let Offset::Offset(offset) = element.offset() else { continue };
         let metadata = element.metadata();
         let Some(n) = layout::parse_offset_metadata(metadata) else {
-            if let Some((_, Some(_))) = layout::parse_shard_offset_metadata(metadata) {
+            if layout::parse_shard_offset_metadata(metadata).is_some_and(|meta| meta.max_timestamp.is_some()) {
                 return Err(RecoveryError::ScaledOut {
                     group: group.to_string(),
                     topic: topic.to_string(),
@@ -141,7 +141,7 @@ pub(crate) fn committed_shard(
     for element in answer.elements() {
         let Offset::Offset(offset) = element.offset() else { continue };
         let metadata = element.metadata();
-        let Some((n, max_timestamp)) = layout::parse_shard_offset_metadata(metadata) else {
+        let Some(meta) = layout::parse_shard_offset_metadata(metadata) else {
             return Err(RecoveryError::Foreign {
                 group: group.to_string(),
                 topic: topic.to_string(),
@@ -149,8 +149,8 @@ pub(crate) fn committed_shard(
                 metadata: metadata.to_string(),
             });
         };
-        resume.checkpoint = resume.checkpoint.max(Some(n));
-        resume.offsets.insert(element.partition(), (offset, max_timestamp));
+        resume.checkpoint = resume.checkpoint.max(Some(meta.n));
+        resume.offsets.insert(element.partition(), (offset, meta));
     }
     Ok(resume)
 }

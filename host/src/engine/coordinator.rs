@@ -147,7 +147,9 @@ impl Coordinator<'_> {
                 Ok(Event::State { n: m, task, bytes, offsets: reached, changes: by_task }) => {
                     assert_eq!(m, n, "{task} sent state for checkpoint {m} during {n}");
                     let task = task.to_string();
-                    self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
+                    if !self.scaled_out {
+                        self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
+                    }
                     changes.extend(by_task.filter(|c| !c.is_empty()));
                     for state in reached.into_iter().flatten() {
                         offsets.insert(state.partition, state);
@@ -172,8 +174,7 @@ impl Coordinator<'_> {
             let record = layout::checkpoint_record(&checkpoint);
             self.sink.send_checkpoint_record(self.changelog_topic, &record)?;
         }
-        let names: Vec<&str> = checkpoint.tasks.keys().map(String::as_str).collect();
-        let size = self.store.seal(n, &names, &self.meta).map_err(TaskFailure::Store)?;
+        let size = self.seal(&checkpoint)?;
         fault::point(Step::AfterSeal, n);
         // Before the commit: records another instance wrote after fencing this one may be
         // among these ends, but then this commit fails and nothing is folded; and nothing
@@ -211,6 +212,16 @@ impl Coordinator<'_> {
             "checkpoint committed"
         );
         Ok(())
+    }
+
+    /// Seals the checkpoint's task entries in the store; returns their size. A
+    /// scaled-out process keeps none: it recovers from Kafka alone.
+    fn seal(&self, checkpoint: &Checkpoint) -> Result<u64, TaskFailure> {
+        if self.scaled_out {
+            return Ok(checkpoint.tasks.values().map(|bytes| bytes.len() as u64).sum());
+        }
+        let names: Vec<&str> = checkpoint.tasks.keys().map(String::as_str).collect();
+        self.store.seal(checkpoint.n, &names, &self.meta).map_err(TaskFailure::Store)
     }
 
     /// At-least-once: waits until the previous checkpoint is folded into the store. Its

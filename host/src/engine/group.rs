@@ -112,15 +112,16 @@ impl<'a> Shares<'a> {
             if let Some(Err(error)) = self.consumer.poll(POLL) {
                 tracing::warn!("the job's consumer group: {error}");
             }
-            let owned = self.owned()?;
-            self.engine.options.metrics.group().owned_partitions.set(owned.len() as i64);
-            if self.engine.options.stop.load(Ordering::Relaxed) {
+            let owned = self.owned();
+            if self.engine.options.stop.load(Ordering::Relaxed) || owned.is_err() {
                 if let Some(attempt) = running.take() {
                     attempt.control.stop.store(true, Ordering::Relaxed);
-                    attempt.handle.join().expect("an attempt thread panicked")?;
+                    outcome_of(attempt.handle)?;
                 }
-                return Ok(());
+                return owned.map(|_| ());
             }
+            let owned = owned?;
+            self.engine.options.metrics.group().owned_partitions.set(owned.len() as i64);
             if let Some(attempt) = running.take_if(|attempt| attempt.handle.is_finished()) {
                 self.ended(attempt)?;
             }
@@ -176,9 +177,9 @@ impl<'a> Shares<'a> {
         let attempt_control = Arc::clone(&control);
         let attempt_owned = owned.clone();
         let handle = scope.spawn(move || {
-            let result = attempt(engine, &attempt_owned, member, &attempt_control.stop, &records, changed_at);
-            attempt_control.end();
-            result
+            // Ended however the attempt ends, a panic included: a revocation waits for it.
+            let _ended = Ended(&attempt_control);
+            attempt(engine, &attempt_owned, member, &attempt_control.stop, &records, changed_at)
         });
         Running { handle, owned, control, rebalances: self.consumer.context().rebalances() }
     }
@@ -187,14 +188,14 @@ impl<'a> Shares<'a> {
     /// partitions; after a backoff when it failed; nothing more when no restart cures it.
     fn ended(&mut self, attempt: Running<'_>) -> Result<(), TaskFailure> {
         *self.consumer.context().running.lock().expect("attempt lock") = None;
-        let failure = match attempt.handle.join().expect("an attempt thread panicked") {
+        let failure = match outcome_of(attempt.handle) {
             Ok(Outcome::Stopped) => return Ok(()),
             Err(failure) => failure,
         };
         let rebalanced = self.consumer.context().rebalances() != attempt.rebalances;
         match &failure {
             TaskFailure::Fenced(_) => {
-                tracing::warn!("{failure}: another process owns these partitions now; waiting for the group to say which are this one's");
+                tracing::warn!("{failure}; waiting for the group to say which partitions are this process's now");
                 self.fenced_at = Some((Instant::now(), self.consumer.context().rebalances()));
                 return Ok(());
             }
@@ -220,6 +221,14 @@ impl<'a> Shares<'a> {
         self.not_before = Instant::now() + backoff;
         Ok(())
     }
+}
+
+/// An attempt's outcome; a panic of its thread (the coordinator's) is a failure.
+fn outcome_of(handle: ScopedJoinHandle<'_, Result<Outcome, TaskFailure>>) -> Result<Outcome, TaskFailure> {
+    handle.join().unwrap_or_else(|payload| {
+        let message = graph::panic_message(payload.as_ref());
+        Err(TaskFailure::Panicked { task: "the checkpoint coordinator".to_string(), message })
+    })
 }
 
 /// One attempt over the partitions `owned`.
@@ -256,8 +265,10 @@ fn join(job: &Job) -> Result<BaseConsumer<MemberContext>, TaskFailure> {
         }
     }
     // Its partitions are paused as they are assigned and never read; `error`, which the
-    // sources need, would only report that a new partition has no committed offset.
-    config.set("auto.offset.reset", "latest");
+    // sources need, would only report that a new partition has no committed offset, and
+    // read_committed would hold each assignment back until the offsets of a transaction
+    // in flight resolve.
+    config.set("auto.offset.reset", "latest").set("isolation.level", "read_uncommitted");
     let consumer: BaseConsumer<MemberContext> = config
         .create_with_context(MemberContext::default())
         .map_err(|e| TaskFailure::Kafka(format!("creating the consumer of the job's group on {}: {e}", job.source.brokers)))?;
@@ -265,6 +276,15 @@ fn join(job: &Job) -> Result<BaseConsumer<MemberContext>, TaskFailure> {
         .subscribe(&[&job.source.topic])
         .map_err(|e| TaskFailure::Kafka(format!("joining the job's consumer group on topic `{}`: {e}", job.source.topic)))?;
     Ok(consumer)
+}
+
+/// Says that the attempt ended when dropped.
+struct Ended<'a>(&'a AttemptControl);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.end();
+    }
 }
 
 /// How the loop and a revocation stop an attempt and learn that it ended.
@@ -312,16 +332,24 @@ impl ClientContext for MemberContext {
 }
 
 impl ConsumerContext for MemberContext {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         self.rebalances.fetch_add(1, Ordering::Relaxed);
         let Rebalance::Revoke(revoked) = rebalance else { return };
         let running = self.running.lock().expect("attempt lock").clone();
         let Some((owned, control)) = running else { return };
         let revoked: Vec<i32> = revoked.elements().iter().map(|element| element.partition()).collect();
-        if revoked.iter().any(|partition| owned.contains(partition)) {
-            tracing::info!(?revoked, "the group revokes partitions of this process: committing a final checkpoint of them");
-            control.stop_and_wait();
+        if !revoked.iter().any(|partition| owned.contains(partition)) {
+            return;
         }
+        if consumer.assignment_lost() {
+            // Others own them already: a commit would be refused (and, with the broker
+            // gone, could hang); the attempt ends on its own, unawaited.
+            tracing::warn!(?revoked, "this process lost its partitions (its group session ended); stopping without a final checkpoint");
+            control.stop.store(true, Ordering::Relaxed);
+            return;
+        }
+        tracing::info!(?revoked, "the group revokes partitions of this process: committing a final checkpoint of them");
+        control.stop_and_wait();
     }
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

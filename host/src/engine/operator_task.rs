@@ -75,6 +75,12 @@ pub(super) struct OperatorTask<'a> {
 
 impl OperatorTask<'_> {
     pub(super) fn run(mut self) -> Result<(), TaskFailure> {
+        if self.shard.is_some() && self.watermark > i64::MIN {
+            // Restored by a scaled-out process at its partitions' watermark, which may pass
+            // windows their earlier owners had not fired yet: they fire now, not when the
+            // watermark next moves (never, on quiet input).
+            self.advance(self.watermark)?;
+        }
         let inputs = std::mem::take(&mut self.inputs);
         let mut aligned = vec![false; inputs.len()];
         // `None`: the input is idle and holds nothing back.

@@ -17,7 +17,7 @@ use crate::dataflow::{KeyGroups, Shard, TaskFailure};
 use crate::job::{self, Job};
 use crate::metrics::Metrics;
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin};
-use crate::sink::{self, Delivery, Member, Sink, SinkConfig, SinkError};
+use crate::sink::{self, Delivery, Member, ShardSink, Sink, SinkConfig, SinkError};
 use crate::source;
 
 use super::fault::{self, Step};
@@ -49,6 +49,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let offsets_consumer = consumer(job)?;
     let partitions = recovery::partitions(&offsets_consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
+    refuse_scaled_out_members(job, &offsets_consumer)?;
     // Fence first: a zombie's open transaction is aborted before offsets are read.
     let sink = Sink::connect(&sink_config(job, &job.name), offsets_consumer, None)?;
     let resume_consumer = consumer(job)?;
@@ -112,6 +113,8 @@ pub(super) fn recover_shard(
         return Err(TaskFailure::Kafka(format!("assigned partition {missing} of `{}`, which has {count}", job.source.topic)));
     }
     let shard = Shard::new(count, owned.iter().copied());
+    let operators: Vec<String> = job.operators.iter().map(|o| o.name.clone()).collect();
+    let shape = layout::shape_hash(&operators, &job.source.topic);
     let lowest = *owned.first().expect("an attempt owns a partition");
     let transactional_id = sink::shard_transactional_id(&job.name, lowest);
     let config = sink_config(job, &transactional_id);
@@ -119,9 +122,11 @@ pub(super) fn recover_shard(
     // The changelog is read while the earlier owners are fenced: none of them can commit
     // to these partitions any more (the group moved them, so a late commit carries a
     // stale generation), and what a dead one left open ends the read where it begins.
-    let (connected, rebuilt) = std::thread::scope(|scope| {
-        let rebuilding = scope.spawn(|| changelog::rebuild_shard(job, store, &shard, |found| shardable(job, found, count)));
-        let connected = connect_fencing(job, &config, &owned[1..], || Sink::connect(&config, offsets_consumer, Some(member)))
+    // The changelog is looked at (a few requests) while the earlier owners are fenced.
+    let (connected, inspected) = std::thread::scope(|scope| {
+        let inspecting = scope.spawn(|| changelog::inspect_shard(job, |found| shardable(job, found, count)));
+        let shard_sink = ShardSink { member, partitions: count, shape };
+        let connected = connect_fencing(job, &config, &owned[1..], || Sink::connect(&config, offsets_consumer, Some(shard_sink)))
             .and_then(|sink| {
                 step("fenced the earlier owners and connected the producer");
                 let resume_consumer = consumer(job)?;
@@ -130,26 +135,29 @@ pub(super) fn recover_shard(
                 step("read committed offsets");
                 Ok((sink, resume_consumer, resume))
             });
-        (connected, rebuilding.join().expect("the rebuilding thread panicked"))
+        (connected, inspecting.join().expect("the inspecting thread panicked"))
     });
     let (sink, resume_consumer, resume) = connected?;
-    let (key_groups, entries) = match rebuilt? {
-        Some(rebuilt) => {
+    check_placement(job, count, shape, &resume)?;
+    let (key_groups, entries) = match inspected? {
+        Some(key_groups) => {
+            let rebuilt = changelog::rebuild_shard(job, store, key_groups, &shard)?;
             if let Some((&input, &first)) = rebuilt.with_state.iter().find(|(input, _)| !resume.offsets.contains_key(input)) {
                 return Err(changelog::earlier_state(job, input, first));
             }
-            (rebuilt.key_groups, rebuilt.entries)
+            (key_groups, rebuilt.entries)
         }
         None => {
             let key_groups = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
             let key_groups = shardable(job, key_groups, count)?;
             changelog::create_shard(job, key_groups, !resume.offsets.is_empty())?;
+            store.clear()?;
             (key_groups, 0)
         }
     };
     step("rebuilt the key groups");
     let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
-    let max_timestamp = |partition| resume.offsets.get(&partition).and_then(|&(_, time)| time);
+    let max_timestamp = |partition| resume.offsets.get(&partition).and_then(|(_, meta)| meta.max_timestamp);
     let sources = start_offsets(job, &resume_consumer, owned, &offsets, max_timestamp)?;
     let restore = match resume.offsets.is_empty() {
         true => Restore::Fresh,
@@ -169,8 +177,9 @@ pub(super) fn recover_shard(
 
 /// Connects this process's producer (`connect`, which fences the earlier holder of its
 /// own transactional.id) while fencing, in parallel, the producers of the processes whose
-/// lowest partition was one of `partitions`: what a dead or paused owner left pending
-/// would hold back every read_committed reader of it until its transaction timed out.
+/// lowest partition was one of `partitions` and of a single process of the job: what a
+/// dead or paused owner left pending would hold back every read_committed reader of it
+/// until its transaction timed out, and a single process would not stop.
 fn connect_fencing(
     job: &Job,
     config: &SinkConfig<'_>,
@@ -178,16 +187,40 @@ fn connect_fencing(
     connect: impl FnOnce() -> Result<Sink, SinkError> + Send,
 ) -> Result<Sink, TaskFailure> {
     std::thread::scope(|scope| {
-        let fencing: Vec<_> = partitions
-            .iter()
-            .map(|&partition| scope.spawn(move || sink::fence(config, &sink::shard_transactional_id(&job.name, partition))))
-            .collect();
+        // A process of this job run without scale_out too (the single process's id).
+        let ids = partitions.iter().map(|&partition| sink::shard_transactional_id(&job.name, partition)).chain([job.name.clone()]);
+        let fencing: Vec<_> = ids.map(|id| scope.spawn(move || sink::fence(config, &id))).collect();
         let sink = connect();
         for fence in fencing {
             fence.join().expect("a fencing thread panicked")?;
         }
         Ok(sink?)
     })
+}
+
+/// A scaled-out job's state stays where its offsets say it was placed: by the same
+/// input partition count, for the same operators.
+fn check_placement(job: &Job, partitions: u32, shape: u64, resume: &ShardResume) -> Result<(), TaskFailure> {
+    for (&partition, (_, meta)) in &resume.offsets {
+        if let Some(placed) = meta.partitions.filter(|&placed| placed != partitions) {
+            return Err(TaskFailure::Incompatible(format!(
+                "the input topic `{}` has {partitions} partitions, but this job's keyed state was placed for {placed} \
+                 (the offsets of partition {partition} say so): partitions were added, which moves keys to other \
+                 partitions and so their state out of reach. Run the job on the old partitions (a new topic), or \
+                 start over under a new job name",
+                job.source.topic
+            )));
+        }
+        if meta.shape.is_some_and(|committed| committed != shape) {
+            return Err(TaskFailure::Incompatible(format!(
+                "the offsets of partition {partition} of `{}` were committed by a job with other operators or \
+                 another input topic than this job file's; keyed state cannot move between them: restore the old \
+                 job file, or start over under a new job name",
+                job.source.topic
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The watermark a restored operator subtask starts from: the least, over this
@@ -197,8 +230,8 @@ fn shard_watermark(job: &Job, owned: &[i32], resume: &ShardResume) -> i64 {
     let out_of_orderness = i64::try_from(job.source.max_out_of_orderness_ms).unwrap_or(i64::MAX);
     owned
         .iter()
-        .map(|partition| match resume.offsets.get(partition) {
-            Some(&(_, Some(time))) if time != i64::MIN => time.saturating_sub(out_of_orderness),
+        .map(|partition| match resume.offsets.get(partition).and_then(|(_, meta)| meta.max_timestamp) {
+            Some(time) if time != i64::MIN => time.saturating_sub(out_of_orderness),
             _ => i64::MIN,
         })
         .min()
@@ -219,6 +252,23 @@ fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGro
         job.source.topic,
         job.parallelism
     )))
+}
+
+/// A single process refuses to run a job whose consumer group has members: processes of
+/// it run with scale_out, and the two would process the same partitions.
+fn refuse_scaled_out_members(job: &Job, consumer: &BaseConsumer) -> Result<(), TaskFailure> {
+    let groups = consumer
+        .fetch_group_list(Some(&job.name), CONNECT_TIMEOUT)
+        .map_err(|e| TaskFailure::Kafka(format!("describing consumer group `{}`: {e}", job.name)))?;
+    let members = groups.groups().iter().filter(|group| group.name() == job.name).map(|group| group.members().len()).sum::<usize>();
+    if members > 0 {
+        return Err(TaskFailure::Incompatible(format!(
+            "consumer group `{}` has {members} member(s): processes of this job run with scale_out = true (a group \
+             session outlives a killed one by up to its session timeout). Set scale_out = true here too, or stop them",
+            job.name
+        )));
+    }
+    Ok(())
 }
 
 /// That the input topic exists and its brokers answer (a scaled-out process would

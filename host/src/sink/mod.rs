@@ -15,7 +15,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::batch::{Batch, RecordRef};
-use crate::checkpoint::layout::{self, PartitionState};
+use crate::checkpoint::layout::{self, PartitionState, ShardMetadata};
 use crate::dataflow::{DeadLetter, Event, Message, TaskFailure};
 
 pub mod config;
@@ -78,14 +78,25 @@ pub(crate) struct Sink {
     group: ConsumerGroupMetadata,
     /// Commits offsets in at-least-once mode; names the group in exactly-once mode.
     offsets: BaseConsumer,
-    /// A scaled-out process's membership of the job's group: its metadata, read at each
-    /// commit, fences a process that lost its partitions (a stale generation).
-    member: Option<Member>,
+    /// A scaled-out process's membership of the job's group, and what it commits with
+    /// its offsets.
+    shard: Option<ShardSink>,
     transactional_id: String,
 }
 
 /// The current group metadata of a scaled-out process's membership.
 pub(crate) type Member = std::sync::Arc<dyn Fn() -> Option<ConsumerGroupMetadata> + Send + Sync>;
+
+/// What the sink of a scaled-out process commits by.
+pub(crate) struct ShardSink {
+    /// Its group metadata, read at each commit: a process that lost its partitions
+    /// carries a stale generation, and its commit is refused.
+    pub(crate) member: Member,
+    /// The input's partition count, recorded with every offset.
+    pub(crate) partitions: u32,
+    /// `layout::shape_hash` of the job, recorded with every offset.
+    pub(crate) shape: u64,
+}
 
 /// The transactional.id of the process of a scaled-out job whose lowest input partition
 /// is `partition`: the next owner of that partition fences it (`fence`). `#` is not
@@ -118,6 +129,8 @@ fn warm_up<C: ClientContext>(client: &rdkafka::client::Client<C>) {
 pub(crate) enum SinkError {
     #[error("another weir instance with transactional.id `{transactional_id}` took over and fenced this one: {source}")]
     Fenced { transactional_id: String, source: KafkaError },
+    #[error("this process's membership of the job's consumer group is stale (the group moved its partitions): {source}")]
+    StaleMember { source: KafkaError },
     #[error("Kafka sink for topic {topic}: {doing}: {source}")]
     Kafka { topic: String, doing: &'static str, source: KafkaError },
     #[error("{count} records could not be delivered to {topic} (first: {first})")]
@@ -131,21 +144,32 @@ pub(crate) enum SinkError {
 impl From<SinkError> for TaskFailure {
     fn from(error: SinkError) -> TaskFailure {
         match error {
-            SinkError::Fenced { .. } => TaskFailure::Fenced(error.to_string()),
+            SinkError::Fenced { .. } | SinkError::StaleMember { .. } => TaskFailure::Fenced(error.to_string()),
             other => TaskFailure::Sink(other.to_string()),
         }
     }
 }
 
 fn is_fencing(error: &KafkaError) -> bool {
-    let code = match error {
-        KafkaError::Transaction(e) => e.code(),
-        other => match other.rdkafka_error_code() {
-            Some(code) => code,
-            None => return false,
-        },
-    };
-    is_fencing_code(code)
+    error_code(error).is_some_and(is_fencing_code)
+}
+
+fn error_code(error: &KafkaError) -> Option<RDKafkaErrorCode> {
+    match error {
+        KafkaError::Transaction(e) => Some(e.code()),
+        other => other.rdkafka_error_code(),
+    }
+}
+
+/// A scaled-out process's commit refused because the group moved on without it.
+fn is_stale_member_code(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::IllegalGeneration
+            | RDKafkaErrorCode::UnknownMemberId
+            | RDKafkaErrorCode::RebalanceInProgress
+            | RDKafkaErrorCode::FencedInstanceId
+    )
 }
 
 fn is_fencing_code(code: RDKafkaErrorCode) -> bool {
@@ -158,7 +182,7 @@ fn is_fencing_code(code: RDKafkaErrorCode) -> bool {
 impl Sink {
     /// Connects and, exactly-once, calls `init_transactions`: this fences any earlier
     /// instance of the job and aborts the transaction it left open.
-    pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer, member: Option<Member>) -> Result<Sink, SinkError> {
+    pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer, shard: Option<ShardSink>) -> Result<Sink, SinkError> {
         let transactional = config.delivery == Delivery::ExactlyOnce;
         let client = self::config::client_config(config.transactional_id, config.brokers, transactional, config.extra);
         let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
@@ -180,7 +204,7 @@ impl Sink {
             dead_letter_topic: config.dead_letter_topic.map(str::to_string),
             group,
             offsets,
-            member,
+            shard,
             transactional_id: config.transactional_id.to_string(),
         })
     }
@@ -282,8 +306,13 @@ impl Sink {
         for (&partition, state) in offsets {
             list.add_partition_offset(source_topic, partition, Offset::Offset(state.next_offset))
                 .map_err(|e| self.error("listing offsets", e))?;
-            let metadata = match self.member {
-                Some(_) => layout::shard_offset_metadata(n, state.max_timestamp),
+            let metadata = match &self.shard {
+                Some(shard) => layout::shard_offset_metadata(&ShardMetadata {
+                    n,
+                    max_timestamp: Some(state.max_timestamp),
+                    partitions: Some(shard.partitions),
+                    shape: Some(shard.shape),
+                }),
                 None => layout::offset_metadata(n),
             };
             list.find_partition(source_topic, partition).expect("partition just added").set_metadata(metadata);
@@ -293,7 +322,7 @@ impl Sink {
                 // Flushed first so that rdkafka's commit, which flushes in 100 ms sleeps,
                 // finds nothing left to flush.
                 self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
-                let member = self.member.as_ref().and_then(|member| member());
+                let member = self.shard.as_ref().and_then(|shard| (shard.member)());
                 self.producer
                     .send_offsets_to_transaction(&list, member.as_ref().unwrap_or(&self.group), TXN_TIMEOUT)
                     .map_err(|e| self.error("send_offsets_to_transaction", e))?;
@@ -366,6 +395,8 @@ impl Sink {
             || self.producer.client().fatal_error().is_some_and(|(code, _)| is_fencing_code(code));
         if fenced {
             SinkError::Fenced { transactional_id: self.transactional_id.clone(), source }
+        } else if self.shard.is_some() && error_code(&source).is_some_and(is_stale_member_code) {
+            SinkError::StaleMember { source }
         } else {
             SinkError::Kafka { topic: self.topic.clone(), doing, source }
         }
