@@ -84,6 +84,9 @@ pub(crate) fn run(spec: &Spec<'_>) -> anyhow::Result<()> {
 
 /// Kills each process in turn and times until its partitions show output again.
 fn kill_and_time(spec: &Spec<'_>, watch: &Watch, processes: &mut [Process]) -> anyhow::Result<Vec<u64>> {
+    for process in processes.iter() {
+        process.wait_running(0, SETTLE)?;
+    }
     watch.wait_flowing(now_ms(), SETTLE).context("the job never wrote every partition")?;
     let mut times = Vec::new();
     for kill in 0..spec.kills {

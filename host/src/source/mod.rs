@@ -273,7 +273,11 @@ impl SourceTask {
         for (record, origin) in records.batch.iter().zip(&records.origins) {
             let group = groups.group_of(record.key);
             if shard.partition_of(group) != origin.partition {
-                return Err(TaskFailure::Incompatible(shard.not_co_partitioned(&self.topic, group, Some(origin.partition))));
+                let mut why = shard.not_co_partitioned(&self.topic, group, Some(origin.partition));
+                if record.key.is_none() {
+                    why.insert_str(0, "a record without a key (keyed operators count it under the empty key) breaks co-partitioning: ");
+                }
+                return Err(TaskFailure::Incompatible(why));
             }
         }
         Ok(())
