@@ -78,36 +78,27 @@ pub(crate) fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, ti
 /// Reads the job's committed offsets (stable: a pending transaction's offsets are
 /// waited for, never read half-done) and the checkpoint they name.
 pub(crate) fn committed(consumer: &BaseConsumer, group: &str, topic: &str, partitions: &[i32], timeout: Duration) -> Result<Resume, RecoveryError> {
-    let mut query = TopicPartitionList::new();
-    for &partition in partitions {
-        query.add_partition(topic, partition);
-    }
-    let answer = consumer
-        .committed_offsets(query, timeout)
-        .map_err(|e| RecoveryError::Offsets { group: group.to_string(), detail: e.to_string() })?;
     let mut resume = Resume::default();
     let mut checkpoints = Vec::new();
-    for element in answer.elements() {
-        let Offset::Offset(offset) = element.offset() else { continue };
-        let metadata = element.metadata();
-        let Some(n) = layout::parse_offset_metadata(metadata) else {
-            if layout::parse_shard_offset_metadata(metadata).is_some_and(|meta| meta.max_timestamp.is_some()) {
+    for (partition, offset, metadata) in committed_offsets(consumer, group, topic, partitions, timeout)? {
+        let Some(n) = layout::parse_offset_metadata(&metadata) else {
+            if layout::parse_shard_offset_metadata(&metadata).is_some_and(|meta| meta.max_timestamp.is_some()) {
                 return Err(RecoveryError::ScaledOut {
                     group: group.to_string(),
                     topic: topic.to_string(),
-                    partition: element.partition(),
-                    metadata: metadata.to_string(),
+                    partition,
+                    metadata,
                 });
             }
             return Err(RecoveryError::Foreign {
                 group: group.to_string(),
                 topic: topic.to_string(),
-                partition: element.partition(),
-                metadata: metadata.to_string(),
+                partition,
+                metadata,
             });
         };
         checkpoints.push(n);
-        resume.offsets.insert(element.partition(), offset);
+        resume.offsets.insert(partition, offset);
     }
     checkpoints.sort_unstable();
     checkpoints.dedup();
@@ -130,27 +121,41 @@ pub(crate) fn committed_shard(
     owned: &[i32],
     timeout: Duration,
 ) -> Result<ShardResume, RecoveryError> {
+    let mut resume = ShardResume::default();
+    for (partition, offset, metadata) in committed_offsets(consumer, group, topic, owned, timeout)? {
+        let Some(meta) = layout::parse_shard_offset_metadata(&metadata) else {
+            return Err(RecoveryError::Foreign {
+                group: group.to_string(),
+                topic: topic.to_string(),
+                partition,
+                metadata,
+            });
+        };
+        resume.checkpoint = resume.checkpoint.max(Some(meta.n));
+        resume.offsets.insert(partition, (offset, meta));
+    }
+    Ok(resume)
+}
+
+/// `(partition, offset, metadata)` of each of `partitions` that has a committed offset,
+/// read stable.
+fn committed_offsets(
+    consumer: &BaseConsumer,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+    timeout: Duration,
+) -> Result<Vec<(i32, i64, String)>, RecoveryError> {
     let mut query = TopicPartitionList::new();
-    for &partition in owned {
+    for &partition in partitions {
         query.add_partition(topic, partition);
     }
     let answer = consumer
         .committed_offsets(query, timeout)
         .map_err(|e| RecoveryError::Offsets { group: group.to_string(), detail: e.to_string() })?;
-    let mut resume = ShardResume::default();
-    for element in answer.elements() {
-        let Offset::Offset(offset) = element.offset() else { continue };
-        let metadata = element.metadata();
-        let Some(meta) = layout::parse_shard_offset_metadata(metadata) else {
-            return Err(RecoveryError::Foreign {
-                group: group.to_string(),
-                topic: topic.to_string(),
-                partition: element.partition(),
-                metadata: metadata.to_string(),
-            });
-        };
-        resume.checkpoint = resume.checkpoint.max(Some(meta.n));
-        resume.offsets.insert(element.partition(), (offset, meta));
-    }
-    Ok(resume)
+    let committed = answer.elements().into_iter().filter_map(|element| match element.offset() {
+        Offset::Offset(offset) => Some((element.partition(), offset, element.metadata().to_string())),
+        _ => None,
+    });
+    Ok(committed.collect())
 }
