@@ -140,6 +140,10 @@ fn a_process_joins_and_another_leaves_with_sigterm() {
         assert!(text.contains("this process's partitions changed"), "no rebalance logged:\n{text}");
         assert!(text.contains("gained"), "no partitions gained:\n{text}");
     }
+    // A process that keeps partitions across a rebalance keeps their state in its
+    // state_dir and replays only what follows it.
+    let cached = logs(&processes).lines().any(|line| line.contains(RUNNING) && !line.contains("from_state_dir=0"));
+    assert!(cached, "no restore used the state_dir:\n{}", logs(&processes));
 }
 
 #[test]

@@ -151,8 +151,14 @@ pub(crate) fn create_shard(job: &Job, key_groups: KeyGroups, committed: bool) ->
 }
 
 /// What `rebuild_shard` brought into the store.
+#[derive(Default)]
 pub(crate) struct Rebuilt {
+    /// Entries read from the changelog.
     pub(crate) entries: u64,
+    /// Key groups replayed from the positions the store held (the rest from the start).
+    pub(crate) cached: usize,
+    /// Per owned changelog partition, the offset the store's state now reflects.
+    pub(crate) positions: BTreeMap<i32, i64>,
     /// Per input partition whose key groups hold committed state, where the first
     /// record of it is (changelog partition, offset).
     pub(crate) with_state: BTreeMap<i32, (i32, i64)>,
@@ -172,17 +178,39 @@ pub(crate) fn inspect_shard(job: &Job, check: impl Fn(KeyGroups) -> Result<KeyGr
 }
 
 /// A process of a scaled-out job, once the earlier owners of its partitions are fenced:
-/// rebuilds the state of the key groups it owns from their changelog partitions into
-/// the store, emptied first; the job's other processes write only the other partitions.
+/// brings the store's state of the key groups it owns to the changelog's end. A group
+/// whose state the store holds with its position (this process owned it last, or before
+/// a restart, and its input partition has committed offsets) replays only what follows;
+/// any other is rebuilt from its partition's start. The store keeps no other group.
 /// The read goes to where the partitions end now, every transaction before it resolved:
 /// a commit's markers reach each partition after the commit returns, and a read that
 /// stopped where a transaction still open began would miss what was committed after it.
-pub(crate) fn rebuild_shard(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, shard: &Shard) -> Result<Rebuilt, TaskFailure> {
+/// `committed`: the input partitions with committed offsets.
+pub(crate) fn rebuild_shard(
+    job: &Job,
+    store: &CheckpointStore,
+    key_groups: KeyGroups,
+    shard: &Shard,
+    committed: &BTreeSet<i32>,
+) -> Result<Rebuilt, TaskFailure> {
     let topic = topic(job);
-    store.clear()?;
-    let groups: Vec<i32> = shard.groups(key_groups).map(|group| group as i32).collect();
-    wait_resolved(job, &topic, &groups)?;
-    let consumer = reader_for(job, &topic, groups.iter().map(|&group| (group, Offset::Beginning)))?;
+    let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
+    let owned: Vec<i32> = shard.groups(key_groups).map(|group| group as i32).collect();
+    let base = store.state_base()?;
+    let cached = match tail_start(job, &topic, key_groups.count(), &base)? {
+        Tail::From(positions) => positions,
+        Tail::Whole(_) => BTreeMap::new(),
+    };
+    let from: BTreeMap<i32, i64> = owned
+        .iter()
+        .filter(|&&group| committed.contains(&shard.partition_of(group as u32)))
+        .filter_map(|group| cached.get(group).map(|&position| (*group, position)))
+        .collect();
+    let dropped = (0..key_groups.count()).filter(|group| !from.contains_key(&(*group as i32)));
+    store.drop_groups(stages, dropped, &from)?;
+    let ends = wait_resolved(job, &topic, &owned)?;
+    let start = |group| from.get(&group).map_or(Offset::Beginning, |&position| Offset::Offset(position));
+    let consumer = reader_for(job, &topic, owned.iter().map(|&group| (group, start(group))))?;
     let mut replayed = Replayed {
         store,
         key_groups,
@@ -195,18 +223,21 @@ pub(crate) fn rebuild_shard(job: &Job, store: &CheckpointStore, key_groups: KeyG
         positions: BTreeMap::new(),
     };
     let mut with_state = BTreeMap::new();
-    read_to_end(&consumer, &topic, groups.len() as u32, |partition, offset, message| {
+    read_to_end(&consumer, &topic, owned.len() as u32, |partition, offset, message| {
         with_state.entry(shard.partition_of(partition as u32)).or_insert((partition, offset));
         replayed.add(partition, offset, message)
     })?;
     replayed.flush()?;
-    Ok(Rebuilt { entries: replayed.entries, with_state })
+    // The read went past `ends` (to stable offsets at or after them).
+    store.mark_state(0, &ends)?;
+    Ok(Rebuilt { entries: replayed.entries, with_state, cached: from.len(), positions: ends })
 }
 
 /// Waits until no transaction is open before the current end of `partitions`: their
 /// last stable offset (what read_committed reads to) reaches where they end. Bounded
 /// by the job's transaction timeout, after which Kafka aborts a forgotten transaction.
-fn wait_resolved(job: &Job, topic: &str, partitions: &[i32]) -> Result<(), TaskFailure> {
+/// Returns those ends.
+fn wait_resolved(job: &Job, topic: &str, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, TaskFailure> {
     let partitions: BTreeSet<i32> = partitions.iter().copied().collect();
     let ends: BTreeMap<i32, i64> = Ends::new(job)?.of(&partitions)?.into_iter().collect();
     let stable = Ends::stable(job)?;
@@ -214,7 +245,7 @@ fn wait_resolved(job: &Job, topic: &str, partitions: &[i32]) -> Result<(), TaskF
     let deadline = Instant::now() + Duration::from_millis(timeout_ms.unwrap_or(crate::job::DEFAULT_TRANSACTION_TIMEOUT_MS)) + REQUEST_TIMEOUT;
     loop {
         let open = stable.of(&partitions)?.into_iter().find(|(partition, end)| end < &ends[partition]);
-        let Some((partition, stable_end)) = open else { return Ok(()) };
+        let Some((partition, stable_end)) = open else { return Ok(ends) };
         if Instant::now() > deadline {
             return Err(TaskFailure::Kafka(format!(
                 "partition {partition} of the changelog topic `{topic}` has had a transaction open at offset \

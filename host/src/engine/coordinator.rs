@@ -62,8 +62,8 @@ pub(super) struct Coordinator<'a> {
     pub(super) next: u64,
     pub(super) stop: Arc<AtomicBool>,
     /// A process of a scaled-out job: it writes no checkpoint record (the changelog's
-    /// partitions are shared by the job's processes) and folds nothing into the store
-    /// (each attempt rebuilds its key groups from the changelog).
+    /// partitions are shared by the job's processes) and keeps no checkpoint entries in
+    /// the store (it recovers from Kafka; the store caches only its key groups' state).
     pub(super) scaled_out: bool,
     pub(super) metrics: &'a Metrics,
     /// Bounds each Kafka commit, which librdkafka may not.
@@ -193,11 +193,9 @@ impl Coordinator<'_> {
 
         let (changed, changed_bytes) =
             changes.iter().map(StateChanges::size).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
-        if !self.scaled_out {
-            let fold = Fold { n, changes, positions: self.positions.clone() };
-            self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
-            self.fold_in_flight = self.folded.is_some().then_some(n);
-        }
+        let fold = Fold { n, changes, positions: self.positions.clone() };
+        self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
+        self.fold_in_flight = self.folded.is_some().then_some(n);
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
@@ -252,7 +250,7 @@ impl Coordinator<'_> {
     /// end now.
     fn advance_positions(&mut self, changes: &[StateChanges]) -> Result<(), TaskFailure> {
         let written: BTreeSet<i32> = changes.iter().flat_map(StateChanges::groups).map(|g| g as i32).collect();
-        if written.is_empty() || self.scaled_out {
+        if written.is_empty() {
             return Ok(());
         }
         self.positions.extend(self.changelog_ends.of(&written)?);

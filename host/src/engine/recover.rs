@@ -139,22 +139,24 @@ pub(super) fn recover_shard(
     });
     let (sink, resume_consumer, resume) = connected?;
     check_placement(job, count, shape, &resume)?;
-    let (key_groups, entries) = match inspected? {
+    let (key_groups, rebuilt) = match inspected? {
         Some(key_groups) => {
-            let rebuilt = changelog::rebuild_shard(job, store, key_groups, &shard)?;
+            let committed = resume.offsets.keys().copied().collect();
+            let rebuilt = changelog::rebuild_shard(job, store, key_groups, &shard, &committed)?;
             if let Some((&input, &first)) = rebuilt.with_state.iter().find(|(input, _)| !resume.offsets.contains_key(input)) {
                 return Err(changelog::earlier_state(job, input, first));
             }
-            (key_groups, rebuilt.entries)
+            (key_groups, rebuilt)
         }
         None => {
             let key_groups = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
             let key_groups = shardable(job, key_groups, count)?;
             changelog::create_shard(job, key_groups, !resume.offsets.is_empty())?;
             store.clear()?;
-            (key_groups, 0)
+            (key_groups, changelog::Rebuilt::default())
         }
     };
+    let entries = rebuilt.entries;
     step("rebuilt the key groups");
     let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
     let max_timestamp = |partition| resume.offsets.get(&partition).and_then(|(_, meta)| meta.max_timestamp);
@@ -167,12 +169,12 @@ pub(super) fn recover_shard(
     step("restored the operators");
     sink.begin()?;
     tracing::info!(
-        job = %job.name, partitions = ?owned, key_groups = shard.groups(key_groups).count(), entries,
+        job = %job.name, partitions = ?owned, key_groups = shard.groups(key_groups).count(), from_state_dir = rebuilt.cached, entries,
         transactional_id = %transactional_id, duration_ms = started.elapsed().as_millis() as u64,
         "restored this process's partitions; running"
     );
     let next = resume.checkpoint.unwrap_or(0) + 1;
-    Ok(Recovered { sink, sources, operators, next, key_groups, positions: BTreeMap::new(), shard: Some(shard) })
+    Ok(Recovered { sink, sources, operators, next, key_groups, positions: rebuilt.positions, shard: Some(shard) })
 }
 
 /// Connects this process's producer (`connect`, which fences the earlier holder of its

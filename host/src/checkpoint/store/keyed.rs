@@ -105,6 +105,21 @@ impl CheckpointStore {
         self.write_synced(batch, || "clearing the keyed state".into())
     }
 
+    /// A scaled-out process's store keeps only the key groups it owns now: deletes the
+    /// state of `groups` in `stages` stages, and records `positions` (those of the groups
+    /// it keeps) as what the state reflects. Synced.
+    pub fn drop_groups(&self, stages: u32, groups: impl IntoIterator<Item = u32>, positions: &BTreeMap<i32, i64>) -> Result<(), StoreError> {
+        self.discard_after(0)?;
+        let mut batch = WriteBatch::default();
+        for group in groups {
+            for stage in 0..stages {
+                batch.delete_range(self.state_key(stage, group, b""), self.state_key(stage, group + 1, b""));
+            }
+        }
+        self.put_base_into(&mut batch, 0, positions);
+        self.write_synced(batch, || "dropping the state of key groups this process no longer owns".into())
+    }
+
     /// Starts writing the base (checkpoint `n`'s state) into a changelog that lost it,
     /// from `positions` (where that changelog ends now): until [`end_reseed`](Self::end_reseed),
     /// [`reseeding`](Self::reseeding) says so, and every recovery writes it again (an
