@@ -34,6 +34,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Replayed entries written to the store per batch.
 const WRITE_BATCH: usize = 100_000;
+/// How long a restore waits for a transaction on its key groups before it fences the
+/// producers that last committed them.
+const STUCK_AFTER: Duration = Duration::from_secs(2);
 /// Bytes of stored state read per chunk when reseeding the changelog.
 const RESEED_CHUNK_BYTES: usize = 1 << 20;
 /// Bytes of keys and values a reseed commits per transaction.
@@ -192,6 +195,7 @@ pub(crate) fn rebuild_shard(
     key_groups: KeyGroups,
     shard: &Shard,
     committed: &BTreeSet<i32>,
+    on_stuck: impl FnOnce(),
 ) -> Result<Rebuilt, TaskFailure> {
     let topic = topic(job);
     let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
@@ -208,7 +212,7 @@ pub(crate) fn rebuild_shard(
         .collect();
     let dropped = (0..key_groups.count()).filter(|group| !from.contains_key(&(*group as i32)));
     store.drop_groups(stages, dropped, &from)?;
-    let ends = wait_resolved(job, &topic, &owned)?;
+    let ends = wait_resolved(job, &topic, &owned, on_stuck)?;
     let start = |group| from.get(&group).map_or(Offset::Beginning, |&position| Offset::Offset(position));
     let consumer = reader_for(job, &topic, owned.iter().map(|&group| (group, start(group))))?;
     let mut replayed = Replayed {
@@ -235,22 +239,30 @@ pub(crate) fn rebuild_shard(
 
 /// Waits until no transaction is open before the current end of `partitions`: their
 /// last stable offset (what read_committed reads to) reaches where they end. Bounded
-/// by the job's transaction timeout, after which Kafka aborts a forgotten transaction.
-/// Returns those ends.
-fn wait_resolved(job: &Job, topic: &str, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+/// by the job's transaction timeout, after which Kafka aborts a forgotten transaction;
+/// `on_stuck` runs once if it takes longer than [`STUCK_AFTER`]. Returns those ends.
+fn wait_resolved(job: &Job, topic: &str, partitions: &[i32], on_stuck: impl FnOnce()) -> Result<BTreeMap<i32, i64>, TaskFailure> {
     let partitions: BTreeSet<i32> = partitions.iter().copied().collect();
     let ends: BTreeMap<i32, i64> = Ends::new(job)?.of(&partitions)?.into_iter().collect();
     let stable = Ends::stable(job)?;
-    let timeout_ms = job.sink.kafka.get("transaction.timeout.ms").and_then(|ms| ms.parse().ok());
-    let deadline = Instant::now() + Duration::from_millis(timeout_ms.unwrap_or(crate::job::DEFAULT_TRANSACTION_TIMEOUT_MS)) + REQUEST_TIMEOUT;
+    let timeout_ms = job.sink.kafka.get("transaction.timeout.ms").and_then(|ms| ms.trim().parse().ok());
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(timeout_ms.unwrap_or(crate::job::DEFAULT_TRANSACTION_TIMEOUT_MS)) + REQUEST_TIMEOUT;
+    let mut on_stuck = Some(on_stuck);
     loop {
-        let open = stable.of(&partitions)?.into_iter().find(|(partition, end)| end < &ends[partition]);
+        let open = stable.of(&partitions)?.into_iter().find(|(partition, end)| ends.get(partition).is_some_and(|&e| *end < e));
         let Some((partition, stable_end)) = open else { return Ok(ends) };
+        if started.elapsed() > STUCK_AFTER
+            && let Some(on_stuck) = on_stuck.take()
+        {
+            on_stuck();
+        }
         if Instant::now() > deadline {
             return Err(TaskFailure::Kafka(format!(
                 "partition {partition} of the changelog topic `{topic}` has had a transaction open at offset \
-                 {stable_end} for longer than the transaction timeout: a producer that is not one of this job's \
-                 processes writes it (is a weir process of this job running without scale_out?)"
+                 {stable_end} for longer than the transaction timeout: a producer other than this job's processes \
+                 writes it, or an earlier owner of its key group was never fenced (a weir process of this job \
+                 running without scale_out?)"
             )));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -264,8 +276,8 @@ pub(crate) fn earlier_state(job: &Job, input: i32, (partition, offset): (i32, i6
         "the changelog topic `{}` already holds state (a committed record at partition {partition} offset \
          {offset}) for input partition {input}, but job `{}` has no committed checkpoint of that partition: it is \
          the state of an earlier run, or partitions were added to the input topic `{}` (which moves keys, and \
-         their state, between partitions). Restore the input's partition count, or start over under a new job \
-         name (deleting the topic deletes the job's state)",
+         their state, between partitions, and cannot be undone). Start over under a new job name (deleting the \
+         topic deletes the job's state)",
         topic(job),
         job.name,
         job.source.topic

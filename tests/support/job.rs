@@ -133,8 +133,27 @@ fn run_command(job: &Path, log: &Path) -> Command {
     command
 }
 
-/// GET /metrics from the address the job last logged; empty if it cannot be reached.
+/// GET /metrics from the address the job last logged; empty if it cannot be reached. A
+/// response cut short (a loaded machine) is asked for again, a few times.
 pub fn scrape_metrics(log: &Path) -> String {
+    let mut body = String::new();
+    for _ in 0..3 {
+        body = scrape_once(log);
+        if complete(&body) {
+            break;
+        }
+    }
+    body
+}
+
+/// A response holds as many body bytes as its Content-Length says.
+fn complete(response: &str) -> bool {
+    let Some((head, body)) = response.split_once("\r\n\r\n") else { return false };
+    let length = head.lines().find_map(|line| line.strip_prefix("Content-Length: ")).and_then(|n| n.trim().parse::<usize>().ok());
+    length == Some(body.len())
+}
+
+fn scrape_once(log: &Path) -> String {
     use std::io::{Read, Write};
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let Some(at) = text.rfind("metrics at http://") else { return String::new() };

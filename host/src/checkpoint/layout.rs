@@ -454,15 +454,18 @@ pub struct ShardMetadata {
     pub partitions: Option<u32>,
     /// `shape_hash` of the job that committed it.
     pub shape: Option<u64>,
+    /// The lowest partition the committing process owned, which names its producer.
+    pub by: Option<i32>,
 }
 
-/// The offset metadata of `meta`: `weir:ckpt=N;ts=T;p=P;shape=H`.
+/// The offset metadata of `meta`: `weir:ckpt=N;ts=T;p=P;shape=H;by=B`.
 pub fn shard_offset_metadata(meta: &ShardMetadata) -> String {
     let mut text = format!("{OFFSET_METADATA_PREFIX}{}", meta.n);
     let fields = [
         ("ts", meta.max_timestamp.map(|t| t.to_string())),
         ("p", meta.partitions.map(|p| p.to_string())),
         ("shape", meta.shape.map(|h| format!("{h:016x}"))),
+        ("by", meta.by.map(|p| p.to_string())),
     ];
     for (key, value) in fields {
         if let Some(value) = value {
@@ -476,13 +479,14 @@ pub fn shard_offset_metadata(meta: &ShardMetadata) -> String {
 /// weir did not write it. Fields it does not know are skipped.
 pub fn parse_shard_offset_metadata(metadata: &str) -> Option<ShardMetadata> {
     let mut fields = metadata.strip_prefix(OFFSET_METADATA_PREFIX)?.split(';');
-    let mut meta = ShardMetadata { n: fields.next()?.parse().ok()?, max_timestamp: None, partitions: None, shape: None };
+    let mut meta = ShardMetadata { n: fields.next()?.parse().ok()?, max_timestamp: None, partitions: None, shape: None, by: None };
     for field in fields {
         let (key, value) = field.split_once('=')?;
         match key {
             "ts" => meta.max_timestamp = Some(value.parse().ok()?),
             "p" => meta.partitions = Some(value.parse().ok()?),
             "shape" => meta.shape = Some(u64::from_str_radix(value, 16).ok()?),
+            "by" => meta.by = Some(value.parse().ok()?),
             _ => {}
         }
     }
@@ -640,10 +644,10 @@ mod tests {
         assert_eq!(parse_offset_metadata("weir:ckpt=42"), Some(42));
         assert_eq!(parse_offset_metadata("other"), None);
         assert_eq!(parse_offset_metadata("weir:ckpt=x"), None);
-        let meta = ShardMetadata { n: 7, max_timestamp: Some(-3), partitions: Some(12), shape: Some(0xab) };
-        assert_eq!(shard_offset_metadata(&meta), "weir:ckpt=7;ts=-3;p=12;shape=00000000000000ab");
+        let meta = ShardMetadata { n: 7, max_timestamp: Some(-3), partitions: Some(12), shape: Some(0xab), by: Some(2) };
+        assert_eq!(shard_offset_metadata(&meta), "weir:ckpt=7;ts=-3;p=12;shape=00000000000000ab;by=2");
         assert_eq!(parse_shard_offset_metadata(&shard_offset_metadata(&meta)), Some(meta));
-        let single = ShardMetadata { n: 7, max_timestamp: None, partitions: None, shape: None };
+        let single = ShardMetadata { n: 7, max_timestamp: None, partitions: None, shape: None, by: None };
         assert_eq!(parse_shard_offset_metadata("weir:ckpt=7"), Some(single));
         assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;ts=x"), None);
         assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;later=1").map(|m| m.n), Some(7));

@@ -61,6 +61,9 @@ pub(super) struct Coordinator<'a> {
     pub(super) meta: Vec<u8>,
     pub(super) next: u64,
     pub(super) stop: Arc<AtomicBool>,
+    /// Set when the attempt must end without another checkpoint (a scaled-out process
+    /// that lost its partitions: a commit now could land after others took them).
+    pub(super) abandon: Option<Arc<AtomicBool>>,
     /// A process of a scaled-out job: it writes no checkpoint record (the changelog's
     /// partitions are shared by the job's processes) and keeps no checkpoint entries in
     /// the store (it recovers from Kafka; the store caches only its key groups' state).
@@ -108,6 +111,9 @@ impl Coordinator<'_> {
     /// requested (a final checkpoint is then due at once).
     fn idle_until(&self, due: Instant) -> Result<bool, TaskFailure> {
         loop {
+            if self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed)) {
+                return Err(TaskFailure::Stopped);
+            }
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(true);
             }

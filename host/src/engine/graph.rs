@@ -36,9 +36,17 @@ const MIN_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
 type Edge = (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>);
 
 /// Runs the task graph of one attempt until the coordinator returns.
-/// `stop` asks for a final checkpoint and the end of the attempt.
-pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records, stop: &Arc<AtomicBool>) -> Result<Outcome, TaskFailure> {
+/// `stop` asks for a final checkpoint and the end of the attempt; `abandon`, for its end
+/// without one.
+pub(super) fn execute(
+    engine: &Engine,
+    recovered: Recovered,
+    records: &Records,
+    stop: &Arc<AtomicBool>,
+    abandon: Option<&Arc<AtomicBool>>,
+) -> Result<Outcome, TaskFailure> {
     let Recovered { sink, sources, operators, next, key_groups, positions, shard } = recovered;
+    let scaled_out = shard.is_some();
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
     let stages = job.operators.len();
@@ -102,6 +110,7 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records, 
             meta: layout::encode_shape(&recover::shape(job, key_groups)),
             next,
             stop: Arc::clone(stop),
+            abandon: abandon.cloned(),
             scaled_out: shard.is_some(),
             metrics: &engine.options.metrics,
             watchdog: Watchdog::start(),
@@ -118,8 +127,11 @@ pub(super) fn execute(engine: &Engine, recovered: Recovered, records: &Records, 
         }
         outcome
     });
-    if matches!(outcome, Ok(Outcome::Stopped)) {
-        let what = "aborting the open transaction on shutdown".to_string();
+    // After a final commit the open transaction holds nothing. A scaled-out process that
+    // failed aborts what it holds too: the next owner of its partitions waits for it.
+    let failed_shard = scaled_out && matches!(&outcome, Err(failure) if !matches!(failure, TaskFailure::Fenced(_)));
+    if matches!(outcome, Ok(Outcome::Stopped)) || failed_shard {
+        let what = "aborting the open transaction".to_string();
         Watchdog::start().guard(what, sink::COMMIT_BOUND, || sink.abort());
     }
     outcome

@@ -179,7 +179,7 @@ impl<'a> Shares<'a> {
         let handle = scope.spawn(move || {
             // Ended however the attempt ends, a panic included: a revocation waits for it.
             let _ended = Ended(&attempt_control);
-            attempt(engine, &attempt_owned, member, &attempt_control.stop, &records, changed_at)
+            attempt(engine, &attempt_owned, member, &attempt_control, &records, changed_at)
         });
         Running { handle, owned, control, rebalances: self.consumer.context().rebalances() }
     }
@@ -190,6 +190,7 @@ impl<'a> Shares<'a> {
         *self.consumer.context().running.lock().expect("attempt lock") = None;
         let failure = match outcome_of(attempt.handle) {
             Ok(Outcome::Stopped) => return Ok(()),
+            Err(TaskFailure::Stopped) if attempt.control.abandon.load(Ordering::Relaxed) => return Ok(()),
             Err(failure) => failure,
         };
         let rebalanced = self.consumer.context().rebalances() != attempt.rebalances;
@@ -236,7 +237,7 @@ fn attempt(
     engine: &Engine,
     owned: &[i32],
     member: Member,
-    stop: &Arc<AtomicBool>,
+    control: &AttemptControl,
     records: &Records,
     changed_at: Option<Instant>,
 ) -> Result<Outcome, TaskFailure> {
@@ -246,7 +247,7 @@ fn attempt(
     if let Some(changed_at) = changed_at {
         metrics.group().rebalance_millis.set(changed_at.elapsed().as_millis() as i64);
     }
-    graph::execute(engine, recovered, records, stop)
+    graph::execute(engine, recovered, records, &control.stop, Some(&control.abandon))
 }
 
 /// Partitions in `now` and not in `before`, and the other way round.
@@ -290,7 +291,10 @@ impl Drop for Ended<'_> {
 /// How the loop and a revocation stop an attempt and learn that it ended.
 #[derive(Default)]
 struct AttemptControl {
+    /// Ends it after a final checkpoint.
     stop: Arc<AtomicBool>,
+    /// Ends it without another checkpoint.
+    abandon: Arc<AtomicBool>,
     ended: Mutex<bool>,
     ended_signal: Condvar,
 }
@@ -304,6 +308,10 @@ impl AttemptControl {
     /// Asks for a final checkpoint and waits until the attempt has ended.
     fn stop_and_wait(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.wait();
+    }
+
+    fn wait(&self) {
         let ended = self.ended.lock().expect("attempt end lock");
         drop(self.ended_signal.wait_while(ended, |ended| !*ended).expect("attempt end lock"));
     }
@@ -342,10 +350,12 @@ impl ConsumerContext for MemberContext {
             return;
         }
         if consumer.assignment_lost() {
-            // Others own them already: a commit would be refused (and, with the broker
-            // gone, could hang); the attempt ends on its own, unawaited.
+            // Others own them already. The attempt ends without another checkpoint before
+            // this returns: once librdkafka rejoins, a commit would carry the new
+            // membership and the broker would take it for partitions now others'.
             tracing::warn!(?revoked, "this process lost its partitions (its group session ended); stopping without a final checkpoint");
-            control.stop.store(true, Ordering::Relaxed);
+            control.abandon.store(true, Ordering::Relaxed);
+            control.wait();
             return;
         }
         tracing::info!(?revoked, "the group revokes partitions of this process: committing a final checkpoint of them");

@@ -85,7 +85,7 @@ impl Engine {
     fn attempt(&self, records: &Records, started_once: &mut bool) -> Result<Outcome, TaskFailure> {
         let recovered = recover::recover(&self.job, &self.plugins, &self.store, &self.options.metrics)?;
         *started_once = true;
-        graph::execute(self, recovered, records, &self.options.stop)
+        graph::execute(self, recovered, records, &self.options.stop, None)
     }
 }
 

@@ -4,7 +4,7 @@
 //! starting point from it: each operator subtask restores the key groups it owns now,
 //! whatever the parallelism that wrote them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -49,9 +49,10 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let offsets_consumer = consumer(job)?;
     let partitions = recovery::partitions(&offsets_consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
-    refuse_scaled_out_members(job, &offsets_consumer)?;
+    let members = consumer(job)?;
     // Fence first: a zombie's open transaction is aborted before offsets are read.
     let sink = Sink::connect(&sink_config(job, &job.name), offsets_consumer, None)?;
+    refuse_scaled_out_members(job, &members)?;
     let resume_consumer = consumer(job)?;
     let resume = recovery::committed(&resume_consumer, group, &job.source.topic, &partitions, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
@@ -119,13 +120,10 @@ pub(super) fn recover_shard(
     let transactional_id = sink::shard_transactional_id(&job.name, lowest);
     let config = sink_config(job, &transactional_id);
     let step = |what: &str| tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "recovery: {what}");
-    // The changelog is read while the earlier owners are fenced: none of them can commit
-    // to these partitions any more (the group moved them, so a late commit carries a
-    // stale generation), and what a dead one left open ends the read where it begins.
     // The changelog is looked at (a few requests) while the earlier owners are fenced.
     let (connected, inspected) = std::thread::scope(|scope| {
         let inspecting = scope.spawn(|| changelog::inspect_shard(job, |found| shardable(job, found, count)));
-        let shard_sink = ShardSink { member, partitions: count, shape };
+        let shard_sink = ShardSink { member, partitions: count, shape, lowest };
         let connected = connect_fencing(job, &config, &owned[1..], || Sink::connect(&config, offsets_consumer, Some(shard_sink)))
             .and_then(|sink| {
                 step("fenced the earlier owners and connected the producer");
@@ -142,7 +140,8 @@ pub(super) fn recover_shard(
     let (key_groups, rebuilt) = match inspected? {
         Some(key_groups) => {
             let committed = resume.offsets.keys().copied().collect();
-            let rebuilt = changelog::rebuild_shard(job, store, key_groups, &shard, &committed)?;
+            let fence_committers = || fence_last_committers(job, &config, owned, &resume);
+            let rebuilt = changelog::rebuild_shard(job, store, key_groups, &shard, &committed, fence_committers)?;
             if let Some((&input, &first)) = rebuilt.with_state.iter().find(|(input, _)| !resume.offsets.contains_key(input)) {
                 return Err(changelog::earlier_state(job, input, first));
             }
@@ -200,6 +199,20 @@ fn connect_fencing(
     })
 }
 
+/// Fences the producers that last committed `owned` (named in their offsets), when a
+/// transaction stays open on their key groups: an earlier owner whose lowest partition
+/// went to a process that has not started yet, or one that failed and waits to restart.
+fn fence_last_committers(job: &Job, config: &SinkConfig<'_>, owned: &[i32], resume: &ShardResume) {
+    let committers: BTreeSet<i32> = resume.offsets.values().filter_map(|(_, meta)| meta.by).filter(|by| !owned.contains(by)).collect();
+    for by in committers {
+        let id = sink::shard_transactional_id(&job.name, by);
+        tracing::info!(transactional_id = %id, "a transaction stays open on this process's key groups: fencing the producer that last committed them");
+        if let Err(error) = sink::fence(config, &id) {
+            tracing::warn!("fencing {id}: {error}");
+        }
+    }
+}
+
 /// A scaled-out job's state stays where its offsets say it was placed: by the same
 /// input partition count, for the same operators.
 fn check_placement(job: &Job, partitions: u32, shape: u64, resume: &ShardResume) -> Result<(), TaskFailure> {
@@ -208,8 +221,8 @@ fn check_placement(job: &Job, partitions: u32, shape: u64, resume: &ShardResume)
             return Err(TaskFailure::Incompatible(format!(
                 "the input topic `{}` has {partitions} partitions, but this job's keyed state was placed for {placed} \
                  (the offsets of partition {partition} say so): partitions were added, which moves keys to other \
-                 partitions and so their state out of reach. Run the job on the old partitions (a new topic), or \
-                 start over under a new job name",
+                 partitions and so their state out of reach, and Kafka cannot remove them. Start the job over under \
+                 a new job name (its state starts empty)",
                 job.source.topic
             )));
         }
@@ -257,11 +270,18 @@ fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGro
 }
 
 /// A single process refuses to run a job whose consumer group has members: processes of
-/// it run with scale_out, and the two would process the same partitions.
+/// it run with scale_out, and the two would process the same partitions. Asked after
+/// its producer started, so a scaled-out process that joins later fences it. A group
+/// that cannot be described (a broker down) is let pass: scaled-out processes fence the
+/// single process's producer as they start.
 fn refuse_scaled_out_members(job: &Job, consumer: &BaseConsumer) -> Result<(), TaskFailure> {
-    let groups = consumer
-        .fetch_group_list(Some(&job.name), CONNECT_TIMEOUT)
-        .map_err(|e| TaskFailure::Kafka(format!("describing consumer group `{}`: {e}", job.name)))?;
+    let groups = match consumer.fetch_group_list(Some(&job.name), CONNECT_TIMEOUT) {
+        Ok(groups) => groups,
+        Err(error) => {
+            tracing::warn!("describing consumer group `{}` to see whether processes with scale_out run it: {error}", job.name);
+            return Ok(());
+        }
+    };
     let members = groups.groups().iter().filter(|group| group.name() == job.name).map(|group| group.members().len()).sum::<usize>();
     if members > 0 {
         return Err(TaskFailure::Incompatible(format!(

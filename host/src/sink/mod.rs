@@ -96,6 +96,9 @@ pub(crate) struct ShardSink {
     pub(crate) partitions: u32,
     /// `layout::shape_hash` of the job, recorded with every offset.
     pub(crate) shape: u64,
+    /// The lowest partition the process owns (its producer's name), recorded with every
+    /// offset: the next owner fences it if it left a transaction open.
+    pub(crate) lowest: i32,
 }
 
 /// The transactional.id of the process of a scaled-out job whose lowest input partition
@@ -113,7 +116,7 @@ pub(crate) fn fence(config: &SinkConfig<'_>, transactional_id: &str) -> Result<(
     let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
     let producer: ThreadedProducer<SinkContext> =
         client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating a producer to fence with", e))?;
-    warm_up(producer.client());
+    warm_up(producer.client(), config.topic);
     producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka("fencing an earlier owner's transactions", e))
 }
 
@@ -121,8 +124,8 @@ pub(crate) fn fence(config: &SinkConfig<'_>, transactional_id: &str) -> Result<(
 /// transaction coordinator only through a connected broker and, finding none, looks again
 /// 500 ms later, which every `init_transactions` of a new producer otherwise waited.
 /// A broker that does not answer is left for `init_transactions` to report.
-fn warm_up<C: ClientContext>(client: &rdkafka::client::Client<C>) {
-    let _ = client.fetch_metadata(None, WARM_UP_TIMEOUT);
+fn warm_up<C: ClientContext>(client: &rdkafka::client::Client<C>, topic: &str) {
+    let _ = client.fetch_metadata(Some(topic), WARM_UP_TIMEOUT);
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +134,8 @@ pub(crate) enum SinkError {
     Fenced { transactional_id: String, source: KafkaError },
     #[error("this process's membership of the job's consumer group is stale (the group moved its partitions): {source}")]
     StaleMember { source: KafkaError },
+    #[error("this process is not a member of the job's consumer group any more: its partitions are others'")]
+    NotMember,
     #[error("Kafka sink for topic {topic}: {doing}: {source}")]
     Kafka { topic: String, doing: &'static str, source: KafkaError },
     #[error("{count} records could not be delivered to {topic} (first: {first})")]
@@ -144,7 +149,9 @@ pub(crate) enum SinkError {
 impl From<SinkError> for TaskFailure {
     fn from(error: SinkError) -> TaskFailure {
         match error {
-            SinkError::Fenced { .. } | SinkError::StaleMember { .. } => TaskFailure::Fenced(error.to_string()),
+            SinkError::Fenced { .. } | SinkError::StaleMember { .. } | SinkError::NotMember => {
+                TaskFailure::Fenced(error.to_string())
+            }
             other => TaskFailure::Sink(other.to_string()),
         }
     }
@@ -190,7 +197,7 @@ impl Sink {
             .create_with_context(SinkContext::default())
             .map_err(|e| kafka("creating the producer", e))?;
         if config.delivery == Delivery::ExactlyOnce {
-            warm_up(producer.client());
+            warm_up(producer.client(), config.topic);
             producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka("init_transactions", e))?;
         }
         let group = offsets.group_metadata().ok_or_else(|| {
@@ -312,6 +319,7 @@ impl Sink {
                     max_timestamp: Some(state.max_timestamp),
                     partitions: Some(shard.partitions),
                     shape: Some(shard.shape),
+                    by: Some(shard.lowest),
                 }),
                 None => layout::offset_metadata(n),
             };
@@ -322,7 +330,11 @@ impl Sink {
                 // Flushed first so that rdkafka's commit, which flushes in 100 ms sleeps,
                 // finds nothing left to flush.
                 self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
-                let member = self.shard.as_ref().and_then(|shard| (shard.member)());
+                let member = match &self.shard {
+                    // No metadata: the consumer left the group; its partitions are others'.
+                    Some(shard) => Some((shard.member)().ok_or(SinkError::NotMember)?),
+                    None => None,
+                };
                 self.producer
                     .send_offsets_to_transaction(&list, member.as_ref().unwrap_or(&self.group), TXN_TIMEOUT)
                     .map_err(|e| self.error("send_offsets_to_transaction", e))?;
@@ -380,12 +392,13 @@ impl Sink {
         }
     }
 
-    /// Drops what the open transaction holds (on shutdown, after the final commit).
+    /// Drops what the open transaction holds (on shutdown, after the final commit; or
+    /// after a scaled-out attempt failed). Best effort: a fenced producer cannot.
     pub(crate) fn abort(&self) {
         if self.delivery == Delivery::ExactlyOnce
             && let Err(error) = self.producer.abort_transaction(TXN_TIMEOUT)
         {
-            tracing::warn!("aborting the open transaction on shutdown: {error}");
+            tracing::warn!("aborting the open transaction: {error}");
         }
     }
 
