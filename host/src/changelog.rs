@@ -195,7 +195,7 @@ pub(crate) fn rebuild_shard(
     key_groups: KeyGroups,
     shard: &Shard,
     committed: &BTreeSet<i32>,
-    on_stuck: impl FnOnce(),
+    on_stuck: impl FnOnce(&[i32]),
 ) -> Result<Rebuilt, TaskFailure> {
     let topic = topic(job);
     let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
@@ -240,8 +240,9 @@ pub(crate) fn rebuild_shard(
 /// Waits until no transaction is open before the current end of `partitions`: their
 /// last stable offset (what read_committed reads to) reaches where they end. Bounded
 /// by the job's transaction timeout, after which Kafka aborts a forgotten transaction;
-/// `on_stuck` runs once if it takes longer than [`STUCK_AFTER`]. Returns those ends.
-fn wait_resolved(job: &Job, topic: &str, partitions: &[i32], on_stuck: impl FnOnce()) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+/// `on_stuck` runs once, with the partitions still open, if it takes longer than
+/// [`STUCK_AFTER`]. Returns those ends.
+fn wait_resolved(job: &Job, topic: &str, partitions: &[i32], on_stuck: impl FnOnce(&[i32])) -> Result<BTreeMap<i32, i64>, TaskFailure> {
     let partitions: BTreeSet<i32> = partitions.iter().copied().collect();
     let ends: BTreeMap<i32, i64> = Ends::new(job)?.of(&partitions)?.into_iter().collect();
     let stable = Ends::stable(job)?;
@@ -250,12 +251,13 @@ fn wait_resolved(job: &Job, topic: &str, partitions: &[i32], on_stuck: impl FnOn
     let deadline = started + Duration::from_millis(timeout_ms.unwrap_or(crate::job::DEFAULT_TRANSACTION_TIMEOUT_MS)) + REQUEST_TIMEOUT;
     let mut on_stuck = Some(on_stuck);
     loop {
-        let open = stable.of(&partitions)?.into_iter().find(|(partition, end)| ends.get(partition).is_some_and(|&e| *end < e));
-        let Some((partition, stable_end)) = open else { return Ok(ends) };
+        let open: Vec<(i32, i64)> =
+            stable.of(&partitions)?.into_iter().filter(|(partition, end)| ends.get(partition).is_some_and(|&e| *end < e)).collect();
+        let Some(&(partition, stable_end)) = open.first() else { return Ok(ends) };
         if started.elapsed() > STUCK_AFTER
             && let Some(on_stuck) = on_stuck.take()
         {
-            on_stuck();
+            on_stuck(&open.iter().map(|&(partition, _)| partition).collect::<Vec<_>>());
         }
         if Instant::now() > deadline {
             return Err(TaskFailure::Kafka(format!(

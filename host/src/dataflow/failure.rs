@@ -22,6 +22,10 @@ pub enum TaskFailure {
     /// Another instance of the job took its transactional id over.
     #[error("{0}")]
     Fenced(String),
+    /// A scaled-out process's commit was refused because the group moved on without it
+    /// (its producer is not fenced): it waits for the group to say what it owns now.
+    #[error("{0}")]
+    LeftGroup(String),
     /// Boxed: the largest error, and failures travel in every task's `Result`.
     #[error("{error}")]
     Operator { error: Box<OperatorError>, origins: Vec<Origin> },
@@ -82,6 +86,7 @@ impl TaskFailure {
                 )
             }
             TaskFailure::Stopped
+            | TaskFailure::LeftGroup(_)
             | TaskFailure::Poisoned { .. }
             | TaskFailure::Kafka(_)
             | TaskFailure::Sink(_)

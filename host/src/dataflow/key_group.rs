@@ -83,6 +83,10 @@ impl Shard {
         (group as usize % self.owned.len()) as i32
     }
 
+    pub(crate) fn owns_partition(&self, partition: i32) -> bool {
+        usize::try_from(partition).ok().and_then(|p| self.owned.get(p)).is_some_and(|&owned| owned)
+    }
+
     pub(crate) fn owns(&self, group: u32) -> bool {
         self.owned[group as usize % self.owned.len()]
     }

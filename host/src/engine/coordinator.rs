@@ -182,13 +182,17 @@ impl Coordinator<'_> {
         }
         let size = self.seal(&checkpoint)?;
         fault::point(Step::AfterSeal, n);
+        tracing::debug!(checkpoint = n, "checkpoint sealed; committing it in Kafka");
         // Before the commit: records another instance wrote after fencing this one may be
         // among these ends, but then this commit fails and nothing is folded; and nothing
         // of n+1 is written yet. Records of n not yet flushed may lie past them, which only
         // makes a replay read them again.
         self.advance_positions(&changes)?;
-        tracing::debug!(checkpoint = n, "checkpoint sealed; committing it in Kafka");
 
+        if self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed)) {
+            // The process lost its partitions while this checkpoint was gathered.
+            return Err(TaskFailure::Stopped);
+        }
         let what = format!("the Kafka commit of checkpoint {n}");
         let timer = Instant::now();
         self.watchdog

@@ -52,7 +52,13 @@ pub(super) fn run(engine: &Engine) -> Result<(), TaskFailure> {
     let consumer = Arc::new(join(job)?);
     let member: Member = {
         let consumer = Arc::clone(&consumer);
-        Arc::new(move || consumer.group_metadata())
+        Arc::new(move || {
+            let metadata = consumer.group_metadata()?;
+            // Read after the metadata: a member id reset or replaced since the attempt
+            // began is seen, even if the metadata was taken just before.
+            let id = member_id(&consumer).filter(|id| !id.is_empty())?;
+            Some((metadata, id))
+        })
     };
     tracing::info!(job = %job.name, topic = %job.source.topic, "joined the job's consumer group; waiting for partitions");
     let result = std::thread::scope(|scope| Shares::new(engine, &consumer, member).run(scope));
@@ -195,7 +201,7 @@ impl<'a> Shares<'a> {
         };
         let rebalanced = self.consumer.context().rebalances() != attempt.rebalances;
         match &failure {
-            TaskFailure::Fenced(_) => {
+            TaskFailure::Fenced(_) | TaskFailure::LeftGroup(_) => {
                 tracing::warn!("{failure}; waiting for the group to say which partitions are this process's now");
                 self.fenced_at = Some((Instant::now(), self.consumer.context().rebalances()));
                 return Ok(());
@@ -243,11 +249,28 @@ fn attempt(
 ) -> Result<Outcome, TaskFailure> {
     let job = &engine.job;
     let metrics = &engine.options.metrics;
-    let recovered = recover::recover_shard(job, &engine.plugins, &engine.store, metrics, owned, member)?;
+    let abandoned = || control.abandon.load(Ordering::Relaxed);
+    let recovered = recover::recover_shard(job, &engine.plugins, &engine.store, metrics, owned, member, &abandoned)?;
     if let Some(changed_at) = changed_at {
         metrics.group().rebalance_millis.set(changed_at.elapsed().as_millis() as i64);
     }
     graph::execute(engine, recovered, records, &control.stop, Some(&control.abandon))
+}
+
+/// The consumer's member id in the group (empty while it is none).
+fn member_id(consumer: &BaseConsumer<MemberContext>) -> Option<String> {
+    let client = consumer.client().native_ptr();
+    // SAFETY: the client pointer is valid while `consumer` lives; librdkafka returns a
+    // string of its own allocation (or null), freed here with its allocator.
+    unsafe {
+        let id = rdkafka::bindings::rd_kafka_memberid(client);
+        if id.is_null() {
+            return None;
+        }
+        let text = std::ffi::CStr::from_ptr(id).to_string_lossy().into_owned();
+        rdkafka::bindings::rd_kafka_mem_free(client, id.cast());
+        Some(text)
+    }
 }
 
 /// Partitions in `now` and not in `before`, and the other way round.

@@ -104,8 +104,11 @@ pub(super) fn recover_shard(
     metrics: &Metrics,
     owned: &[i32],
     member: Member,
+    abandoned: &dyn Fn() -> bool,
 ) -> Result<Recovered, TaskFailure> {
     let started = Instant::now();
+    // A process that lost these partitions meanwhile fences no one and reads nothing more.
+    let go_on = || if abandoned() { Err(TaskFailure::Stopped) } else { Ok(()) };
     let offsets_consumer = consumer(job)?;
     let partitions = recovery::partitions(&offsets_consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
@@ -114,6 +117,7 @@ pub(super) fn recover_shard(
         return Err(TaskFailure::Kafka(format!("assigned partition {missing} of `{}`, which has {count}", job.source.topic)));
     }
     let shard = Shard::new(count, owned.iter().copied());
+    go_on()?;
     let operators: Vec<String> = job.operators.iter().map(|o| o.name.clone()).collect();
     let shape = layout::shape_hash(&operators, &job.source.topic);
     let lowest = *owned.first().expect("an attempt owns a partition");
@@ -136,11 +140,12 @@ pub(super) fn recover_shard(
         (connected, inspecting.join().expect("the inspecting thread panicked"))
     });
     let (sink, resume_consumer, resume) = connected?;
+    go_on()?;
     check_placement(job, count, shape, &resume)?;
     let (key_groups, rebuilt) = match inspected? {
         Some(key_groups) => {
             let committed = resume.offsets.keys().copied().collect();
-            let fence_committers = || fence_last_committers(job, &config, owned, &resume);
+            let fence_committers = |stuck: &[i32]| fence_last_committers(job, &config, &shard, stuck, &resume);
             let rebuilt = changelog::rebuild_shard(job, store, key_groups, &shard, &committed, fence_committers)?;
             if let Some((&input, &first)) = rebuilt.with_state.iter().find(|(input, _)| !resume.offsets.contains_key(input)) {
                 return Err(changelog::earlier_state(job, input, first));
@@ -199,11 +204,17 @@ fn connect_fencing(
     })
 }
 
-/// Fences the producers that last committed `owned` (named in their offsets), when a
-/// transaction stays open on their key groups: an earlier owner whose lowest partition
-/// went to a process that has not started yet, or one that failed and waits to restart.
-fn fence_last_committers(job: &Job, config: &SinkConfig<'_>, owned: &[i32], resume: &ShardResume) {
-    let committers: BTreeSet<i32> = resume.offsets.values().filter_map(|(_, meta)| meta.by).filter(|by| !owned.contains(by)).collect();
+/// Fences the producers that last committed the input partitions of the `stuck`
+/// changelog partitions (named in their offsets), when a transaction stays open there:
+/// an earlier owner whose lowest partition went to a process that has not started yet,
+/// or one that failed and waits to restart.
+fn fence_last_committers(job: &Job, config: &SinkConfig<'_>, shard: &Shard, stuck: &[i32], resume: &ShardResume) {
+    let inputs: BTreeSet<i32> = stuck.iter().map(|&group| shard.partition_of(group as u32)).collect();
+    let committers: BTreeSet<i32> = inputs
+        .iter()
+        .filter_map(|input| resume.offsets.get(input).and_then(|(_, meta)| meta.by))
+        .filter(|by| !shard.owns_partition(*by))
+        .collect();
     for by in committers {
         let id = sink::shard_transactional_id(&job.name, by);
         tracing::info!(transactional_id = %id, "a transaction stays open on this process's key groups: fencing the producer that last committed them");
@@ -270,18 +281,18 @@ fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGro
 }
 
 /// A single process refuses to run a job whose consumer group has members: processes of
-/// it run with scale_out, and the two would process the same partitions. Asked after
-/// its producer started, so a scaled-out process that joins later fences it. A group
-/// that cannot be described (a broker down) is let pass: scaled-out processes fence the
-/// single process's producer as they start.
+/// it run with scale_out, and the two would process the same partitions (the broker
+/// takes a transactional commit without membership). Asked after its producer started,
+/// so a scaled-out process that joins later fences it. A group that cannot be described
+/// (a broker down) is an error too: better not to start than to run beside them.
 fn refuse_scaled_out_members(job: &Job, consumer: &BaseConsumer) -> Result<(), TaskFailure> {
-    let groups = match consumer.fetch_group_list(Some(&job.name), CONNECT_TIMEOUT) {
-        Ok(groups) => groups,
-        Err(error) => {
-            tracing::warn!("describing consumer group `{}` to see whether processes with scale_out run it: {error}", job.name);
-            return Ok(());
-        }
-    };
+    let groups = consumer.fetch_group_list(Some(&job.name), CONNECT_TIMEOUT).map_err(|e| {
+        TaskFailure::Kafka(format!(
+            "describing consumer group `{}`, to make sure no process with scale_out = true runs this job: {e}; \
+             start again once every broker answers",
+            job.name
+        ))
+    })?;
     let members = groups.groups().iter().filter(|group| group.name() == job.name).map(|group| group.members().len()).sum::<usize>();
     if members > 0 {
         return Err(TaskFailure::Incompatible(format!(

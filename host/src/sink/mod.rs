@@ -81,11 +81,17 @@ pub(crate) struct Sink {
     /// A scaled-out process's membership of the job's group, and what it commits with
     /// its offsets.
     shard: Option<ShardSink>,
+    /// The member id under which a scaled-out process owns its partitions (read as the
+    /// sink connects): a commit under any other is refused here, because the broker
+    /// would take one from a rejoined member, or from no member at all, for partitions
+    /// the group has given to others.
+    member_id: Option<String>,
     transactional_id: String,
 }
 
-/// The current group metadata of a scaled-out process's membership.
-pub(crate) type Member = std::sync::Arc<dyn Fn() -> Option<ConsumerGroupMetadata> + Send + Sync>;
+/// A scaled-out process's membership of the job's group as it stands: its group
+/// metadata and member id, `None` while it is no member (its member id was reset).
+pub(crate) type Member = std::sync::Arc<dyn Fn() -> Option<(ConsumerGroupMetadata, String)> + Send + Sync>;
 
 /// What the sink of a scaled-out process commits by.
 pub(crate) struct ShardSink {
@@ -106,6 +112,11 @@ pub(crate) struct ShardSink {
 /// allowed in job names, so no single-process job shares it.
 pub(crate) fn shard_transactional_id(job: &str, partition: i32) -> String {
     format!("{job}#{partition}")
+}
+
+/// The membership as it stands, if the process is a member.
+fn current_member(shard: &ShardSink) -> Result<(ConsumerGroupMetadata, String), SinkError> {
+    (shard.member)().ok_or(SinkError::NotMember)
 }
 
 /// Fences the producer with `transactional_id` (its open transaction is aborted), so
@@ -149,9 +160,8 @@ pub(crate) enum SinkError {
 impl From<SinkError> for TaskFailure {
     fn from(error: SinkError) -> TaskFailure {
         match error {
-            SinkError::Fenced { .. } | SinkError::StaleMember { .. } | SinkError::NotMember => {
-                TaskFailure::Fenced(error.to_string())
-            }
+            SinkError::Fenced { .. } => TaskFailure::Fenced(error.to_string()),
+            SinkError::StaleMember { .. } | SinkError::NotMember => TaskFailure::LeftGroup(error.to_string()),
             other => TaskFailure::Sink(other.to_string()),
         }
     }
@@ -211,6 +221,7 @@ impl Sink {
             dead_letter_topic: config.dead_letter_topic.map(str::to_string),
             group,
             offsets,
+            member_id: shard.as_ref().map(|shard| current_member(shard).map(|(_, id)| id)).transpose()?,
             shard,
             transactional_id: config.transactional_id.to_string(),
         })
@@ -331,8 +342,13 @@ impl Sink {
                 // finds nothing left to flush.
                 self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
                 let member = match &self.shard {
-                    // No metadata: the consumer left the group; its partitions are others'.
-                    Some(shard) => Some((shard.member)().ok_or(SinkError::NotMember)?),
+                    Some(shard) => {
+                        let (metadata, id) = current_member(shard)?;
+                        if Some(&id) != self.member_id.as_ref() {
+                            return Err(SinkError::NotMember);
+                        }
+                        Some(metadata)
+                    }
                     None => None,
                 };
                 self.producer
