@@ -201,6 +201,12 @@ impl<'a> Shares<'a> {
         };
         let rebalanced = self.consumer.context().rebalances() != attempt.rebalances;
         match &failure {
+            // The group has moved on since the attempt began, and this process has heard
+            // of it: what it owns now is known, start over it at once.
+            TaskFailure::Fenced(_) | TaskFailure::LeftGroup(_) if rebalanced => {
+                tracing::info!("{failure}; starting again over the partitions the group gives this process now");
+                return Ok(());
+            }
             TaskFailure::Fenced(_) | TaskFailure::LeftGroup(_) => {
                 tracing::warn!("{failure}; waiting for the group to say which partitions are this process's now");
                 self.fenced_at = Some((Instant::now(), self.consumer.context().rebalances()));
