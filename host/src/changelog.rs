@@ -215,17 +215,7 @@ pub(crate) fn rebuild_shard(
     let ends = wait_resolved(job, &topic, &owned, on_stuck)?;
     let start = |group| from.get(&group).map_or(Offset::Beginning, |&position| Offset::Offset(position));
     let consumer = reader_for(job, &topic, owned.iter().map(|&group| (group, start(group))))?;
-    let mut replayed = Replayed {
-        store,
-        key_groups,
-        job: &job.name,
-        topic: &topic,
-        pending: BTreeMap::new(),
-        pending_entries: 0,
-        entries: 0,
-        checkpoint: None,
-        positions: BTreeMap::new(),
-    };
+    let mut replayed = Replayed::new(store, key_groups, &job.name, &topic, BTreeMap::new());
     let mut with_state = BTreeMap::new();
     read_to_end(&consumer, &topic, owned.len() as u32, |partition, offset, message| {
         with_state.entry(shard.partition_of(partition as u32)).or_insert((partition, offset));
@@ -523,17 +513,7 @@ fn replay(
     if from.is_none() {
         store.clear()?;
     }
-    let mut replayed = Replayed {
-        store,
-        key_groups,
-        job: &job.name,
-        topic,
-        pending: BTreeMap::new(),
-        pending_entries: 0,
-        entries: 0,
-        checkpoint: None,
-        positions: from.cloned().unwrap_or_default(),
-    };
+    let mut replayed = Replayed::new(store, key_groups, &job.name, topic, from.cloned().unwrap_or_default());
     read_to_end(&consumer, topic, partitions, |partition, offset, message| replayed.add(partition, offset, message))?;
     replayed.flush()?;
     let Replayed { entries, checkpoint, positions, .. } = replayed;
@@ -585,7 +565,12 @@ struct Replayed<'a> {
     positions: BTreeMap<i32, i64>,
 }
 
-impl Replayed<'_> {
+impl<'a> Replayed<'a> {
+    /// Nothing read yet; `positions`: where the read starts, per partition.
+    fn new(store: &'a CheckpointStore, key_groups: KeyGroups, job: &'a str, topic: &'a str, positions: BTreeMap<i32, i64>) -> Self {
+        Replayed { store, key_groups, job, topic, pending: BTreeMap::new(), pending_entries: 0, entries: 0, checkpoint: None, positions }
+    }
+
     fn add(&mut self, partition: i32, offset: i64, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), TaskFailure> {
         self.positions.insert(partition, offset + 1);
         let foreign = |why: String| {

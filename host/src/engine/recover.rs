@@ -49,11 +49,10 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let offsets_consumer = consumer(job)?;
     let partitions = recovery::partitions(&offsets_consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
-    let members = consumer(job)?;
+    let resume_consumer = consumer(job)?;
     // Fence first: a zombie's open transaction is aborted before offsets are read.
     let sink = Sink::connect(&sink_config(job, &job.name), offsets_consumer, None)?;
-    refuse_scaled_out_members(job, &members)?;
-    let resume_consumer = consumer(job)?;
+    refuse_scaled_out_members(job, &resume_consumer)?;
     let resume = recovery::committed(&resume_consumer, group, &job.source.topic, &partitions, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
     // Anything sealed after the committed checkpoint (on a fresh start: anything at all)

@@ -123,12 +123,22 @@ fn current_member(shard: &ShardSink) -> Result<(ConsumerGroupMetadata, String), 
 /// that records and offsets a dead or paused process left pending neither commit nor
 /// hold back readers until the transaction times out.
 pub(crate) fn fence(config: &SinkConfig<'_>, transactional_id: &str) -> Result<(), SinkError> {
-    let client = self::config::client_config(transactional_id, config.brokers, true, config.extra);
+    start_producer(config, transactional_id, Some("fencing an earlier owner's transactions")).map(drop)
+}
+
+/// A producer of `config`'s brokers named `transactional_id`; with `init` (what the
+/// call is, for its error), its transactions initialised, which fences the earlier
+/// holder of that id and aborts the transaction it left open.
+fn start_producer(config: &SinkConfig<'_>, transactional_id: &str, init: Option<&'static str>) -> Result<ThreadedProducer<SinkContext>, SinkError> {
+    let client = self::config::client_config(transactional_id, config.brokers, init.is_some(), config.extra);
     let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
     let producer: ThreadedProducer<SinkContext> =
-        client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating a producer to fence with", e))?;
-    warm_up(producer.client(), config.topic);
-    producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka("fencing an earlier owner's transactions", e))
+        client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating the producer", e))?;
+    if let Some(doing) = init {
+        warm_up(producer.client(), config.topic);
+        producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka(doing, e))?;
+    }
+    Ok(producer)
 }
 
 /// Waits (briefly) until the client has a broker connection up: librdkafka looks for the
@@ -200,16 +210,9 @@ impl Sink {
     /// Connects and, exactly-once, calls `init_transactions`: this fences any earlier
     /// instance of the job and aborts the transaction it left open.
     pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer, shard: Option<ShardSink>) -> Result<Sink, SinkError> {
-        let transactional = config.delivery == Delivery::ExactlyOnce;
-        let client = self::config::client_config(config.transactional_id, config.brokers, transactional, config.extra);
+        let init = (config.delivery == Delivery::ExactlyOnce).then_some("init_transactions");
+        let producer = start_producer(config, config.transactional_id, init)?;
         let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
-        let producer: ThreadedProducer<SinkContext> = client
-            .create_with_context(SinkContext::default())
-            .map_err(|e| kafka("creating the producer", e))?;
-        if config.delivery == Delivery::ExactlyOnce {
-            warm_up(producer.client(), config.topic);
-            producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka("init_transactions", e))?;
-        }
         let group = offsets.group_metadata().ok_or_else(|| {
             kafka("reading the consumer group metadata", KafkaError::Subscription("no group".into()))
         })?;
