@@ -512,6 +512,22 @@ fn state_changes_outside_their_chunk_stop_the_job() {
 }
 
 #[test]
+fn malformed_state_chunks_stop_the_job_naming_the_plugin() {
+    // The chunks `weir check` refuses, refused by a job through the same checks.
+    let plugin = support::plugin("bad-output").display().to_string();
+    for (prefix, mode, expected) in [
+        ("state-removal", "removal-value", "is a removal with a value (value-offset 4294967040"),
+        ("state-padded", "padded:32", "holds 33554432 data bytes in 0 entries"),
+        ("state-alias", "alias:100000", "counted per entry (entries that share bytes count each time)"),
+    ] {
+        let text = run_bad_state(prefix, mode, true);
+        let refused = text.lines().find(|line| line.contains("snapshot returned malformed state changes"));
+        let refused = refused.unwrap_or_else(|| panic!("{mode}: no refusal in the log:\n{text}"));
+        assert!(refused.contains(expected) && refused.contains(&plugin), "{mode}: {refused}");
+    }
+}
+
+#[test]
 fn a_changelog_the_broker_has_compacted_rebuilds_the_same_state() {
     // Aggressive compaction: segments roll every 100 ms and any dirt is worth cleaning.
     let job = job::job_dir("compacted");

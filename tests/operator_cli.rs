@@ -317,3 +317,88 @@ fn a_log_flood_is_cut_rate_limited_and_summarised() {
     assert_eq!(summaries.len(), 1, "one summary line: {summaries:?}");
     assert!(summaries[0].contains("log_lines_per_sec"), "{}", summaries[0]);
 }
+
+/// The most resident memory `weir check` may reach on a hostile snapshot round: the
+/// round's cap (twice the 64 MiB memory limit), the guest and the runtime; each mode
+/// stays under 60 MiB. Before the round was checked, `alias:100000` reached 4.1 GiB
+/// in 10 s and panicked, and `endless` 4.7 GiB in 100 s without an error.
+const CHECK_RSS_BYTES: u64 = 256 << 20;
+
+/// How `weir check` ended, what it wrote to stderr, and its peak resident memory,
+/// which the kernel reports when the process is reaped. Killed after two minutes.
+fn check_measured(plugin: &Path, args: &[&str]) -> (Option<i32>, String, u64) {
+    let dir = tempfile::tempdir().expect("a scratch dir");
+    let stderr_path = dir.path().join("stderr");
+    let stderr = std::fs::File::create(&stderr_path).expect("a stderr file");
+    #[expect(clippy::zombie_processes, reason = "reaped by wait4 below, which reports its peak memory")]
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("check")
+        .arg(plugin)
+        .args(args)
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("run weir check");
+    let pid = child.id() as libc::pid_t;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `status` and `usage` are valid for writes; `pid` is our unreaped child.
+        let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(reaped >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if reaped == pid {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("weir check {} {args:?} ran for over two minutes", plugin.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let text = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    (code, text, usage.ru_maxrss as u64 * 1024)
+}
+
+#[test]
+fn hostile_state_fails_check_as_it_fails_a_job_in_bounded_memory() {
+    let plugin = plugin_path("bad-output");
+    let roomy: &[&str] = &["--memory-limit-mb", "320", "--call-timeout-ms", "20000"];
+    for (mode, extra, expected) in [
+        ("alias:100000", &[][..], "counted per entry (entries that share bytes count each time)"),
+        ("endless", &[], "one round of changes holds more than 134217728 bytes (counting 128 bytes per entry)"),
+        ("removal-value", &[], "is a removal with a value (value-offset 4294967040"),
+        ("padded:32", &[], "holds 33554432 data bytes in 0 entries"),
+        ("twice", &[], "key b\"k1\" comes twice in one round"),
+        ("big:1", &[], "more than a changelog record may hold (998995 bytes"),
+        ("big:130", roomy, "refused before it was copied"),
+    ] {
+        let state = format!("state={mode}");
+        let mut args = vec!["--config", &state, "--record", "k1=v", "--record", "k1=w"];
+        args.extend(extra);
+        let started = std::time::Instant::now();
+        let (code, stderr, rss) = check_measured(&plugin, &args);
+        eprintln!("weir check, state {mode}: exit {code:?} in {:?}, peak RSS {} MiB", started.elapsed(), rss >> 20);
+        assert_eq!(code, Some(1), "{mode}: an error, not a panic:\n{stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|line| line.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "{mode}: one error paragraph expected:\n{stderr}");
+        assert!(errors[0].contains(&plugin.display().to_string()), "{mode}: the error must name the file: {}", errors[0]);
+        assert!(errors[0].contains("snapshot returned malformed state changes"), "{mode}: {}", errors[0]);
+        assert!(errors[0].contains(expected), "{mode}: the error must say `{expected}`: {}", errors[0]);
+        let bound = if extra.is_empty() { CHECK_RSS_BYTES } else { CHECK_RSS_BYTES + (320 << 20) };
+        assert!(rss < bound, "{mode}: weir check reached {} MiB", rss >> 20);
+    }
+}
+
+#[test]
+fn a_round_a_job_restores_restores_in_check_at_the_same_chunk_size() {
+    // 1,024 keys of 100 KiB: a job restores them in chunks of 4 MiB into 64 MiB of
+    // memory; in one chunk of 1,024 entries, 100 MiB, they would not fit.
+    let out = assert_passes("bad-output", &["--config", "state=many:1024:100", "--call-timeout-ms", "10000"]);
+    assert!(out.contains("snapshot (1024 changed keys, 104868864 bytes): ok"), "{out}");
+    assert!(out.contains("restore:  ok into a fresh instance (1024 entries)"), "{out}");
+}

@@ -320,19 +320,19 @@ fn tables_count_against_the_memory_cap() {
 }
 
 #[test]
-fn a_state_entry_over_128_mib_fits_when_the_memory_limit_allows_it() {
+fn an_output_over_128_mib_fits_when_the_memory_limit_allows_it() {
     // wasmtime's default allows 128 MiB from guest to host per call; the host
-    // budget follows the memory limit instead. One entry may exceed the chunk size;
-    // the guest holds it twice while building its chunk.
+    // budget follows the memory limit instead.
     let limits = Limits {
         memory_bytes: 320 << 20,
+        max_output_bytes: 200 << 20,
         call_timeout: Duration::from_secs(20),
         ..Limits::default()
     };
-    let mut op = bad_output(limits, &[("state", "big:130")]);
-    let chunk = op.snapshot(1 << 20).unwrap_or_else(|err| panic!("{err}"));
-    assert_eq!((chunk.len(), chunk.data_len()), (1, 3 + (130 << 20)));
-    assert!(op.snapshot(1 << 20).unwrap().is_empty(), "the round ends");
+    let bytes = (130u32 << 20).to_string();
+    let mut op = bad_output(limits, &[("copies", "1"), ("bytes", &bytes)]);
+    let output = op.process(&batch(&[(None, "amplify", 1)])).unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(output.iter().map(|record| record.value.len()).sum::<usize>(), 130 << 20);
 }
 
 #[test]
@@ -343,6 +343,69 @@ fn malformed_state_changes_are_refused_with_what_is_wrong() {
     assert!(err.to_string().contains("snapshot returned malformed state changes"), "{err}");
     assert!(err.to_string().contains("points at bytes"), "{err}");
     assert_names_plugin(&err, "bad-output");
+}
+
+/// The error of one snapshot round of bad-output in `mode`, checked as a job and
+/// `weir check` check it; it must name the plugin and say `expected`.
+fn refused_round(limits: Limits, mode: &str, expected: &str) -> OperatorError {
+    let mut op = bad_output(limits, &[("state", mode)]);
+    op.process(&batch(&[(Some("k1"), "v", 1), (Some("k1"), "v", 2)])).unwrap_or_else(|err| panic!("{err}"));
+    let started = Instant::now();
+    let err = op.snapshot_round(0, |_| Ok(0)).expect_err(mode);
+    assert!(matches!(err, OperatorError::InvalidState { .. }), "{mode}: {err:?}");
+    assert!(err.to_string().contains(expected), "{mode}: the error must say `{expected}`: {err}");
+    assert_names_plugin(&err, "bad-output");
+    assert!(started.elapsed() < Duration::from_secs(30), "{mode}: took {:?}", started.elapsed());
+    // Refused without a crash: the same guest answers.
+    assert_eq!(op.on_watermark(10).unwrap_or_else(|err| panic!("{err}")).len(), 0);
+    err
+}
+
+#[test]
+fn hostile_state_chunks_are_refused_before_the_host_holds_them() {
+    // A removal carrying a value, even one past the end of any memory.
+    refused_round(Limits::default(), "removal-value", "is a removal with a value (value-offset 4294967040");
+    // 32 MiB of data and no entries against max-bytes of 4 MiB: it would end the round.
+    let err = refused_round(Limits::default(), "padded:32", "holds 33554432 data bytes in 0 entries");
+    assert!(err.to_string().contains("refused before it was copied"), "{err}");
+    // 100,000 keys aliasing one 4 MiB value: 400 GiB once each entry is copied out.
+    refused_round(Limits::default(), "alias:100000", "counted per entry (entries that share bytes count each time)");
+    // One entry bigger than any chunk: it stays in the guest (320 MiB of memory).
+    let roomy = Limits { memory_bytes: 320 << 20, call_timeout: Duration::from_secs(20), ..Limits::default() };
+    let err = refused_round(roomy, "big:130", "holds 136314883 data bytes in 1 entries");
+    assert!(err.to_string().contains("refused before it was copied"), "{err}");
+}
+
+#[test]
+fn a_round_is_held_to_the_limits_a_job_keeps() {
+    refused_round(Limits::default(), "big:1", "is 1048579 bytes, more than a changelog record may hold (998995 bytes");
+    refused_round(Limits::default(), "twice", "key b\"k1\" comes twice in one round");
+    // A round that never ends stops at twice the memory limit: 16 MiB for 8.
+    let small = Limits { memory_bytes: 8 << 20, ..Limits::default() };
+    refused_round(small, "endless", "one round of changes holds more than 16777216 bytes (counting 128 bytes per entry)");
+}
+
+#[test]
+fn a_round_and_restore_within_the_limits_pass_at_the_chunk_size_a_job_uses() {
+    // 1,024 keys of 100 KiB: 100 MiB in a round, within twice 64 MiB, and restored
+    // into 64 MiB in chunks of 4 MiB (in one chunk, it would not fit).
+    let limits = Limits { call_timeout: Duration::from_secs(10), ..Limits::default() };
+    let mut op = bad_output(limits, &[("state", "many:1024:100")]);
+    let changes = op.snapshot_round(0, |_| Ok(0)).unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(changes.size(), (1024, 1024 * (11 + (100 << 10))));
+    let mut fresh = bad_output(limits, &[("state", "many:1024:100")]);
+    let mut chunks = weir::state::RestoreChunks::default();
+    let mut restored = 0;
+    for (_, key, value) in changes.entries() {
+        if let Some(full) = chunks.push(key, value.expect("no removal")) {
+            assert!(full.data_len() <= weir::state::CHUNK_BYTES as usize);
+            restored += full.len();
+            fresh.restore(&full).unwrap_or_else(|err| panic!("{err}"));
+        }
+    }
+    let last = chunks.finish().expect("a last chunk");
+    fresh.restore(&last).unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(restored + last.len(), 1024);
 }
 
 #[test]

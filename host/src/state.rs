@@ -1,6 +1,39 @@
 //! Keyed state as it crosses the plugin boundary and goes into checkpoints: packed
 //! chunks of entries, each a key and either its new value or its removal. Mirrors the
 //! WIT `state-chunk`, so handing a chunk to a guest is two copies, whatever its length.
+//! The limits `wit/operator.wit` sets a plugin are checked here, once for a job and
+//! `weir check` alike: a chunk as it crosses (`from_parts`), a round in `round`.
+
+mod round;
+
+pub(crate) use round::{Round, shown_key};
+
+/// The data bytes of a chunk either way across the boundary: what the host asks of
+/// `snapshot`, and the most it hands `restore` at once (an entry bigger alone goes alone).
+pub const CHUNK_BYTES: u32 = 4 << 20;
+/// The largest changelog record weir writes: librdkafka's default `message.max.bytes`
+/// (1,000,000) less room for the record's framing.
+const MAX_RECORD_BYTES: usize = 999_000;
+/// What a changelog record adds to an entry's key and value: the stage before the key
+/// (4 bytes) and the format tag before the value (1); `checkpoint::layout` writes them.
+pub(crate) const RECORD_FRAMING_BYTES: usize = 5;
+/// The most bytes of key and value together one entry may hold: one changelog record.
+pub const MAX_ENTRY_BYTES: usize = MAX_RECORD_BYTES - RECORD_FRAMING_BYTES;
+/// What the host holds per changed entry beyond its key and value (offsets, its group,
+/// the duplicate check, the store's write): counted toward a round's limit, so that a
+/// round of tiny entries cannot exhaust the host's memory.
+pub const ENTRY_OVERHEAD_BYTES: usize = 128;
+/// The most data bytes a chunk from `snapshot` can hold and be valid: several entries
+/// stay within what the host asks for (at most `CHUNK_BYTES`), one within
+/// `MAX_ENTRY_BYTES`. A bigger chunk is refused before it is copied out of the guest.
+pub(crate) const MAX_WIRE_DATA_BYTES: usize = max(CHUNK_BYTES as usize, MAX_ENTRY_BYTES);
+/// The most entries such a chunk can hold: the keys of a round are distinct, so all
+/// but one (the empty key) hold a byte at least, counted per entry.
+pub(crate) const MAX_WIRE_ENTRIES: usize = MAX_WIRE_DATA_BYTES + 1;
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b { a } else { b }
+}
 
 /// State entries packed like a batch: keys and values back to back in `data`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -19,34 +52,90 @@ pub(crate) struct StateEntry {
     pub(crate) removed: bool,
 }
 
-/// A chunk that breaks the contract: an entry outside the data, or too much data.
+/// A chunk that breaks the contract: an entry outside the data, a removal with a
+/// value, or more bytes than the host asked for.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ChunkError {
     #[error("state entry {index} points at bytes {offset}..{end} of a chunk of {len} data bytes")]
     OutOfBounds { index: usize, offset: u64, end: u64, len: usize },
-    #[error("the chunk holds {bytes} data bytes in {entries} entries, over the {limit}-byte limit the host asked for (only a chunk of one entry may exceed it)")]
-    OverLimit { bytes: usize, entries: usize, limit: u32 },
+    #[error(
+        "state entry {index} is a removal with a value (value-offset {offset}, value-len {len}); \
+         a removal's value-offset and value-len are 0"
+    )]
+    RemovalWithValue { index: usize, offset: u32, len: u32 },
+    #[error(
+        "the chunk's {entries} entries hold {bytes} bytes of keys and values, counted per entry \
+         (entries that share bytes count each time), over the {limit}-byte limit the host asked \
+         for (only a chunk of one entry may exceed it)"
+    )]
+    OverLimit { bytes: u64, entries: usize, limit: u32 },
+    #[error(
+        "the chunk holds {bytes} data bytes, of which its {entries} entries use {used}, over the \
+         {limit}-byte limit the host asked for"
+    )]
+    Slack { bytes: usize, used: u64, entries: usize, limit: u32 },
+    #[error(
+        "the chunk holds {bytes} data bytes in {entries} entries, more than any valid chunk \
+         ({MAX_WIRE_DATA_BYTES} bytes, {MAX_WIRE_ENTRIES} entries: several entries stay within \
+         the {CHUNK_BYTES} bytes the host asks for, one within {MAX_ENTRY_BYTES}); refused before \
+         it was copied out of the plugin"
+    )]
+    Oversized { bytes: usize, entries: usize },
+}
+
+impl StateEntry {
+    /// Bytes of key and value, counted for this entry whatever it shares.
+    fn bytes(&self) -> u64 {
+        u64::from(self.key_len) + u64::from(self.value_len)
+    }
+
+    /// Entry `index` of a chunk of `len` data bytes lies within them, and a removal
+    /// carries no value.
+    fn check(&self, index: usize, len: usize) -> Result<(), ChunkError> {
+        if self.removed && (self.value_offset, self.value_len) != (0, 0) {
+            return Err(ChunkError::RemovalWithValue { index, offset: self.value_offset, len: self.value_len });
+        }
+        let within = |offset: u32, part: u32| {
+            let end = u64::from(offset) + u64::from(part);
+            match end > len as u64 {
+                true => Err(ChunkError::OutOfBounds { index, offset: offset.into(), end, len }),
+                false => Ok(()),
+            }
+        };
+        within(self.key_offset, self.key_len)?;
+        if !self.removed {
+            within(self.value_offset, self.value_len)?;
+        }
+        Ok(())
+    }
 }
 
 impl StateChunk {
-    /// A chunk of entries as they came over the wire, checked: every key and value lies
-    /// within `data`, and `data` stays within `limit` unless the chunk holds one entry.
-    pub(crate) fn from_parts(data: Vec<u8>, entries: Vec<StateEntry>, limit: u32) -> Result<Self, ChunkError> {
-        if entries.len() > 1 && data.len() > limit as usize {
-            return Err(ChunkError::OverLimit { bytes: data.len(), entries: entries.len(), limit });
+    /// Whether a chunk of `bytes` data bytes and `entries` entries can be valid, known
+    /// from its lengths alone: checked before either list is copied out of the guest.
+    pub(crate) fn check_size(bytes: usize, entries: usize) -> Result<(), ChunkError> {
+        match bytes > MAX_WIRE_DATA_BYTES || entries > MAX_WIRE_ENTRIES {
+            true => Err(ChunkError::Oversized { bytes, entries }),
+            false => Ok(()),
         }
+    }
+
+    /// A chunk of entries as they came over the wire, checked: every key and value lies
+    /// within `data`, a removal has no value, and the entries' bytes, counted per entry,
+    /// and `data` stay within `limit` unless the chunk holds one entry (whose bytes
+    /// `data` then does not exceed).
+    pub(crate) fn from_parts(data: Vec<u8>, entries: Vec<StateEntry>, limit: u32) -> Result<Self, ChunkError> {
+        Self::check_size(data.len(), entries.len())?;
+        let mut used = 0u64;
         for (index, entry) in entries.iter().enumerate() {
-            let check = |offset: u32, len: u32| {
-                let end = u64::from(offset) + u64::from(len);
-                if end > data.len() as u64 {
-                    return Err(ChunkError::OutOfBounds { index, offset: offset.into(), end, len: data.len() });
-                }
-                Ok(())
-            };
-            check(entry.key_offset, entry.key_len)?;
-            if !entry.removed {
-                check(entry.value_offset, entry.value_len)?;
-            }
+            entry.check(index, data.len())?;
+            used += entry.bytes();
+        }
+        if entries.len() > 1 && used > u64::from(limit) {
+            return Err(ChunkError::OverLimit { bytes: used, entries: entries.len(), limit });
+        }
+        if data.len() as u64 > used.max(limit.into()) {
+            return Err(ChunkError::Slack { bytes: data.len(), used, entries: entries.len(), limit });
         }
         Ok(StateChunk { data, entries })
     }
@@ -108,11 +197,47 @@ impl StateChunk {
     }
 }
 
+/// Cuts checkpointed entries into the chunks `restore` is handed, the same way for a job
+/// (`checkpoint::store` reads them) and `weir check`: in the order given, at most
+/// `max_bytes` of data per chunk, an entry bigger than that alone.
+#[derive(Debug)]
+pub struct RestoreChunks {
+    max_bytes: usize,
+    chunk: StateChunk,
+}
+
+impl Default for RestoreChunks {
+    /// Chunks of `CHUNK_BYTES`, as a job restores.
+    fn default() -> Self {
+        Self::new(CHUNK_BYTES as usize)
+    }
+}
+
+impl RestoreChunks {
+    pub fn new(max_bytes: usize) -> Self {
+        RestoreChunks { max_bytes, chunk: StateChunk::default() }
+    }
+
+    /// Adds `key` with `value`; returns the chunk to restore before them when they do
+    /// not fit in it.
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> Option<StateChunk> {
+        let fits = self.chunk.is_empty() || self.chunk.data_len() + key.len() + value.len() <= self.max_bytes;
+        let full = (!fits).then(|| std::mem::take(&mut self.chunk));
+        self.chunk.push(key, Some(value));
+        full
+    }
+
+    /// The last chunk, unless no entry is left.
+    pub fn finish(self) -> Option<StateChunk> {
+        (!self.chunk.is_empty()).then_some(self.chunk)
+    }
+}
+
 /// One operator subtask's state changes of one checkpoint, each entry with its key
 /// group: checked by the subtask, written to the changelog in the checkpoint's
 /// transaction, and folded into the local store once the checkpoint is committed.
 #[derive(Debug, Default)]
-pub(crate) struct StateChanges {
+pub struct StateChanges {
     pub(crate) stage: u32,
     chunk: StateChunk,
     /// `groups[i]` is the key group of entry `i` of `chunk`.
@@ -149,7 +274,7 @@ impl StateChanges {
 
     /// Each entry as `(group, key, value)`, `None` a removal: by group and key once
     /// sorted, else as pushed.
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (u32, &[u8], Option<&[u8]>)> {
+    pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], Option<&[u8]>)> {
         let sorted = self.order.len() == self.groups.len();
         (0..self.groups.len()).map(move |i| {
             let index = if sorted { self.order[i] as usize } else { i };
@@ -164,12 +289,13 @@ impl StateChanges {
         self.entries().filter_map(move |(group, ..)| (last.replace(group) != Some(group)).then_some(group))
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// True when the round changed no key.
+    pub fn is_empty(&self) -> bool {
         self.groups.is_empty()
     }
 
     /// The number of changed keys and the bytes of their keys and values.
-    pub(crate) fn size(&self) -> (u64, u64) {
+    pub fn size(&self) -> (u64, u64) {
         (self.groups.len() as u64, self.chunk.data_len() as u64)
     }
 }
@@ -203,26 +329,68 @@ mod tests {
         assert_eq!(b, [Some(&b"2"[..]), None], "in the order pushed");
     }
 
+    fn entry(key_offset: u32, key_len: u32, value_offset: u32, value_len: u32, removed: bool) -> StateEntry {
+        StateEntry { key_offset, key_len, value_offset, value_len, removed }
+    }
+
     #[test]
     fn wire_chunks_are_checked() {
-        let entry = |key_offset, key_len, value_offset, value_len, removed| StateEntry {
-            key_offset,
-            key_len,
-            value_offset,
-            value_len,
-            removed,
-        };
         let data = b"kv".to_vec();
         assert!(StateChunk::from_parts(data.clone(), vec![entry(0, 1, 1, 1, false)], 2).is_ok());
         let error = StateChunk::from_parts(data.clone(), vec![entry(0, 1, 1, 9, false)], 2).unwrap_err();
         assert!(matches!(error, ChunkError::OutOfBounds { index: 0, end: 10, .. }), "{error}");
-        // A removal's value is not looked at.
-        assert!(StateChunk::from_parts(data.clone(), vec![entry(0, 1, 7, 9, true)], 2).is_ok());
         let error = StateChunk::from_parts(data.clone(), vec![entry(u32::MAX, 2, 0, 0, true)], 2).unwrap_err();
-        assert!(matches!(error, ChunkError::OutOfBounds { .. }), "{error}");
+        assert!(matches!(error, ChunkError::OutOfBounds { .. }), "offsets add up without overflow: {error}");
         let two = vec![entry(0, 1, 1, 1, false), entry(1, 1, 0, 1, false)];
         let error = StateChunk::from_parts(data.clone(), two, 1).unwrap_err();
-        assert!(matches!(error, ChunkError::OverLimit { bytes: 2, entries: 2, limit: 1 }), "{error}");
+        assert!(matches!(error, ChunkError::OverLimit { bytes: 4, entries: 2, limit: 1 }), "{error}");
         assert!(StateChunk::from_parts(data, vec![entry(0, 1, 1, 1, false)], 1).is_ok(), "one entry may exceed");
+    }
+
+    #[test]
+    fn a_removal_with_a_value_is_refused_even_outside_the_data() {
+        let data = b"k".to_vec();
+        assert!(StateChunk::from_parts(data.clone(), vec![entry(0, 1, 0, 0, true)], 8).is_ok());
+        for (offset, len) in [(0xFFFF_FF00, 16), (0, 1), (1, 0)] {
+            let error = StateChunk::from_parts(data.clone(), vec![entry(0, 1, offset, len, true)], 8).unwrap_err();
+            assert!(matches!(error, ChunkError::RemovalWithValue { index: 0, .. }), "{error}");
+        }
+    }
+
+    #[test]
+    fn entries_sharing_bytes_count_each_time() {
+        // Ten keys, each aliasing the whole buffer as its value: 10 bytes of data, 110
+        // counted.
+        let data: Vec<u8> = (0..10).collect();
+        let aliases: Vec<StateEntry> = (0..10).map(|i| entry(i, 1, 0, 10, false)).collect();
+        assert!(StateChunk::from_parts(data.clone(), aliases[..1].to_vec(), 10).is_ok());
+        let error = StateChunk::from_parts(data, aliases, 100).unwrap_err();
+        assert!(matches!(error, ChunkError::OverLimit { bytes: 110, entries: 10, limit: 100 }), "{error}");
+    }
+
+    #[test]
+    fn data_beyond_the_entries_and_the_limit_is_refused() {
+        let error = StateChunk::from_parts(vec![0; 33], Vec::new(), 32).unwrap_err();
+        assert!(matches!(error, ChunkError::Slack { bytes: 33, used: 0, entries: 0, limit: 32 }), "{error}");
+        assert!(StateChunk::from_parts(vec![0; 32], Vec::new(), 32).is_ok(), "within the limit");
+        let error = StateChunk::from_parts(vec![0; 50], vec![entry(0, 1, 1, 39, false)], 32).unwrap_err();
+        assert!(matches!(error, ChunkError::Slack { bytes: 50, used: 40, .. }), "{error}");
+        // Known from the lengths alone, before anything is copied.
+        assert!(StateChunk::check_size(MAX_WIRE_DATA_BYTES, MAX_WIRE_ENTRIES).is_ok());
+        let error = StateChunk::check_size(32 << 20, 0).unwrap_err();
+        assert!(matches!(error, ChunkError::Oversized { bytes: 33_554_432, entries: 0 }), "{error}");
+        assert!(StateChunk::check_size(0, MAX_WIRE_ENTRIES + 1).is_err());
+    }
+
+    #[test]
+    fn restore_chunks_are_cut_by_bytes_an_entry_bigger_alone() {
+        let mut chunks = RestoreChunks::new(10);
+        let mut cut = Vec::new();
+        for (key, value) in [(&b"a"[..], &[1u8; 4][..]), (b"b", &[2; 4]), (b"c", &[3; 4]), (b"d", &[4; 20]), (b"e", &[])] {
+            cut.extend(chunks.push(key, value).map(|chunk| chunk.len()));
+        }
+        cut.extend(chunks.finish().map(|chunk| chunk.len()));
+        assert_eq!(cut, [2, 1, 1, 1], "a and b fill 10 bytes; then c, d (21 bytes, alone) and e");
+        assert!(RestoreChunks::default().finish().is_none(), "no entry, no chunk");
     }
 }

@@ -639,6 +639,12 @@ mod tests {
     }
 
     #[test]
+    fn a_changelog_record_adds_to_a_state_entry_what_the_entry_limit_leaves_room_for() {
+        let framing = changelog_key(7, b"").len() + changelog_value(b"").len();
+        assert_eq!(framing, crate::state::RECORD_FRAMING_BYTES);
+    }
+
+    #[test]
     fn offset_metadata_round_trips() {
         assert_eq!(offset_metadata(42), "weir:ckpt=42");
         assert_eq!(parse_offset_metadata("weir:ckpt=42"), Some(42));

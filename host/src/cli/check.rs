@@ -15,14 +15,10 @@ use weir::operator::{
     self, Limits, LoadLimits, LogLimits, OperatorInstance, Plugin, PluginInfo, Runtime,
     RuntimeConfig,
 };
-use weir::state::StateChunk;
+use weir::state::{RestoreChunks, StateChanges};
 
 use super::snapshot_file::{self, Image};
 
-/// The data bytes asked for per `snapshot` call.
-const CHECK_CHUNK_BYTES: u32 = 4 << 20;
-/// Entries per `restore` call.
-const RESTORE_CHUNK_ENTRIES: usize = 1024;
 /// Output records printed per call; the rest are counted.
 const PRINTED_RECORDS: usize = 20;
 
@@ -173,7 +169,7 @@ fn call_every_export(args: &CheckArgs, plugin: &Plugin, limits: Limits) -> anyho
     let changes = exercise(&mut instance, &records, to)?;
     // What a checkpoint holds after this round: the restored state with the
     // round's changes applied (removals delete).
-    for (key, value) in changes.iter() {
+    for (_, key, value) in changes.entries() {
         match value {
             Some(value) => image.insert(key.to_vec(), value.to_vec()),
             None => image.remove(key),
@@ -229,15 +225,16 @@ fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
     }
 }
 
-/// Restores `image` into a fresh instance in chunks, as a restart would.
+/// Restores `image` into a fresh instance in the chunks a restart would hand it.
 fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) -> anyhow::Result<()> {
-    let entries: Vec<_> = image.iter().collect();
-    for part in entries.chunks(RESTORE_CHUNK_ENTRIES) {
-        let mut chunk = StateChunk::default();
-        for (key, value) in part {
-            chunk.push(key, Some(value));
+    let mut chunks = RestoreChunks::default();
+    for (key, value) in image {
+        if let Some(full) = chunks.push(key, value) {
+            instance.restore(&full)?;
         }
-        instance.restore(&chunk)?;
+    }
+    if let Some(last) = chunks.finish() {
+        instance.restore(&last)?;
     }
     instance.restored(watermark)?;
     Ok(())
@@ -245,12 +242,13 @@ fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) -> an
 
 /// Calls `process`, `on-watermark` (to `watermark`) and one `snapshot` round, in
 /// the order a job would, so that a plugin that loops, exhausts memory or traps fails
-/// here; prints what the calls emit. Returns the round's state changes.
+/// here, and its state is checked as a job checks it (one key group: check knows no
+/// job's); prints what the calls emit. Returns the round's state changes.
 fn exercise(
     instance: &mut OperatorInstance,
     records: &[InputRecord],
     watermark: i64,
-) -> anyhow::Result<StateChunk> {
+) -> anyhow::Result<StateChanges> {
     let mut batch = Batch::new();
     for (position, record) in (0..).zip(records) {
         let timestamp = record.timestamp.unwrap_or(position);
@@ -260,24 +258,16 @@ fn exercise(
     print_records("process", &processed);
     let fired = instance.on_watermark(watermark)?;
     print_records("on-watermark", &fired);
-    let mut changes = StateChunk::default();
-    loop {
-        let chunk = instance.snapshot(CHECK_CHUNK_BYTES)?;
-        if chunk.is_empty() {
-            break;
-        }
-        for (key, value) in chunk.iter() {
-            changes.push(key, value);
-        }
-    }
+    let changes = instance.snapshot_round(0, |_| Ok(0))?;
+    let (keys, bytes) = changes.size();
     println!(
         "calls:    process ({} record(s) in, {} out), on-watermark ({} out), snapshot ({} changed keys, \
          {} bytes): ok",
         batch.len(),
         processed.len(),
         fired.len(),
-        changes.len(),
-        changes.data_len()
+        keys,
+        bytes
     );
     Ok(changes)
 }

@@ -12,6 +12,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
+use weir::state::MAX_ENTRY_BYTES;
 
 const FORMAT: &str = "weir-check-snapshot-1";
 
@@ -64,6 +65,14 @@ pub(super) fn load(path: &Path) -> anyhow::Result<(Image, i64)> {
         let key = unhex(&entry.key).with_context(|| format!("entry {at} of the {}: its key", context()))?;
         let value =
             unhex(&entry.value).with_context(|| format!("entry {at} of the {}: its value", context()))?;
+        let bytes = key.len() + value.len();
+        if bytes > MAX_ENTRY_BYTES {
+            bail!(
+                "entry {at} of the {} holds {bytes} bytes of key and value, more than a job keeps \
+                 per key ({MAX_ENTRY_BYTES}, one changelog record)",
+                context()
+            );
+        }
         if image.insert(key, value).is_some() {
             bail!("entry {at} of the {} repeats key {}", context(), entry.key);
         }
@@ -95,6 +104,10 @@ mod tests {
         let image: Image = [(b"".to_vec(), vec![0, 255, 0xab]), (b"k\xff".to_vec(), vec![])].into();
         save(&path, Path::new("/x/op.wasm"), 42, &image).unwrap();
         assert_eq!(load(&path).unwrap(), (image, 42));
+        let too_big = format!(
+            r#"{{"format":"weir-check-snapshot-1","plugin":"","watermark":0,"entries":[{{"key":"61","value":"{}"}}]}}"#,
+            "00".repeat(MAX_ENTRY_BYTES)
+        );
 
         for (text, why) in [
             ("{", "not a snapshot"),
@@ -103,6 +116,7 @@ mod tests {
             (r#"{"format":"weir-check-snapshot-1","plugin":"","watermark":0,"entries":[{"key":"aéb","value":""}]}"#, "is not hex"),
             (r#"{"format":"weir-check-snapshot-1","plugin":"","watermark":0,"entries":[{"key":"+1+2","value":""}]}"#, "is not hex"),
             (r#"{"format":"weir-check-snapshot-1","plugin":"","watermark":0,"entries":[{"key":"61","value":""},{"key":"61","value":"00"}]}"#, "repeats key 61"),
+            (too_big.as_str(), "more than a job keeps per key (998995"),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = format!("{:#}", load(&path).unwrap_err());

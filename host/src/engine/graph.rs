@@ -224,9 +224,6 @@ fn spawn_operators<'scope>(
                 key_groups,
                 owned: spec.key_by.then(|| key_groups.range(subtask as u32, job.parallelism)),
                 shard: operators.routing.shard.cloned(),
-                // A round's entries cannot be much larger than the state the guest holds;
-                // and a chunk's offsets are u32.
-                max_changes_bytes: (2 * spec.memory_limit_bytes()).min(u32::MAX as usize),
                 events: events.clone(),
                 suspects: Arc::clone(&suspects),
                 poisoned: Arc::clone(&poisoned),

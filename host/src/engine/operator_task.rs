@@ -16,17 +16,10 @@ use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, Sh
 use crate::metrics::{Counter, OperatorMetrics};
 use crate::operator::{OperatorError, OperatorInstance};
 use crate::sink::Sink;
-use crate::state::StateChanges;
+use crate::state::{self, StateChanges};
 
-/// The data bytes the host asks for per `snapshot` call.
-pub(super) const STATE_CHUNK_BYTES: u32 = 4 << 20;
-/// What the host holds per changed entry beyond its key and value (offsets, its group,
-/// the duplicate check, the store's write): counted toward a round's limit, so that a
-/// round of tiny entries cannot exhaust the host's memory.
-const ENTRY_OVERHEAD_BYTES: usize = 128;
-/// The largest changelog record weir writes: librdkafka's default `message.max.bytes`
-/// (1,000,000) less room for the record's framing.
-const MAX_CHANGELOG_RECORD_BYTES: usize = 999_000;
+/// The data bytes of the restore chunks `recover.rs` has the store cut: a snapshot's.
+pub(super) const STATE_CHUNK_BYTES: u32 = state::CHUNK_BYTES;
 
 use super::fault::{self, Step};
 
@@ -58,8 +51,6 @@ pub(super) struct OperatorTask<'a> {
     /// In a process of a scaled-out job, the partitions it owns: of its range, the
     /// subtask owns only their groups, and a re-keyed record must stay in them.
     pub(super) shard: Option<Shard>,
-    /// The most bytes of state changes one checkpoint of this subtask may hand over.
-    pub(super) max_changes_bytes: usize,
     pub(super) events: Sender<Event>,
     /// Input records that crashed this job before: processed one at a time.
     pub(super) suspects: Arc<HashSet<Origin>>,
@@ -223,61 +214,32 @@ impl OperatorTask<'_> {
         Ok(())
     }
 
-    /// One snapshot round: the guest's state changes since the last checkpoint, each
-    /// checked against the contract: a key once, in a key group this subtask owns, and
-    /// no state at all from an operator whose input is not routed by key.
+    /// One snapshot round: the guest's state changes since the last checkpoint, checked
+    /// against the contract as `weir check` checks them (`OperatorInstance::snapshot_round`),
+    /// and here also in a key group this subtask owns, with no state at all from an
+    /// operator whose input is not routed by key.
     fn changes(&mut self) -> Result<StateChanges, OperatorError> {
-        let mut all = StateChanges::new(self.stage);
-        let mut held = 0usize;
-        loop {
-            let chunk = self.instance.snapshot(STATE_CHUNK_BYTES)?;
-            if chunk.is_empty() {
-                if let Some(key) = all.sort() {
-                    let shown = format!("b\"{}\"", key.escape_ascii());
-                    return Err(self.instance.invalid_state(format!("key {shown} comes twice in one round")));
-                }
-                return Ok(all);
+        let (key_groups, owned, shard) = (&self.key_groups, &self.owned, &self.shard);
+        let (name, subtask) = (&self.name, self.subtask);
+        self.instance.snapshot_round(self.stage, |key| {
+            let group = key_groups.group_of(Some(key));
+            let Some(owned) = owned else {
+                return Err(format!(
+                    "it keeps state (key {}) but its input is not routed by key, so the records of a \
+                     key reach every subtask and its state could not follow them on restore; set \
+                     key_by = true for operator `{name}`",
+                    state::shown_key(key)
+                ));
+            };
+            if !owned.contains(&group) || shard.as_ref().is_some_and(|shard| !shard.owns(group)) {
+                return Err(format!(
+                    "key {} is in key group {group}, which subtask {subtask} does not own (it owns \
+                     {owned:?}): state must be kept under the key of the records that change it",
+                    state::shown_key(key)
+                ));
             }
-            for (key, value) in chunk.iter() {
-                let group = self.key_groups.group_of(Some(key));
-                let shown = || format!("b\"{}\"", key.escape_ascii());
-                let Some(owned) = &self.owned else {
-                    return Err(self.instance.invalid_state(format!(
-                        "it keeps state (key {}) but its input is not routed by key, so the records of a \
-                         key reach every subtask and its state could not follow them on restore; set \
-                         key_by = true for operator `{}`",
-                        shown(),
-                        self.name
-                    )));
-                };
-                if !owned.contains(&group) || self.shard.as_ref().is_some_and(|shard| !shard.owns(group)) {
-                    return Err(self.instance.invalid_state(format!(
-                        "key {} is in key group {group}, which subtask {} does not own (it owns {owned:?}): \
-                         state must be kept under the key of the records that change it",
-                        shown(),
-                        self.subtask
-                    )));
-                }
-                let size = key.len() + value.map_or(0, <[u8]>::len);
-                if size + 5 > MAX_CHANGELOG_RECORD_BYTES {
-                    return Err(self.instance.invalid_state(format!(
-                        "the state of key {} is {size} bytes, more than a changelog record may hold \
-                         ({MAX_CHANGELOG_RECORD_BYTES} bytes): keep less per key, or split it over more keys",
-                        shown()
-                    )));
-                }
-                held += size + ENTRY_OVERHEAD_BYTES;
-                if held > self.max_changes_bytes {
-                    return Err(self.instance.invalid_state(format!(
-                        "one round of changes holds more than {} bytes (counting {ENTRY_OVERHEAD_BYTES} \
-                         bytes per entry), more than its memory can hold; a round that never ends is a bug \
-                         in the plugin",
-                        self.max_changes_bytes
-                    )));
-                }
-                all.push(group, key, value);
-            }
-        }
+            Ok(group)
+        })
     }
 
     /// Writes a checkpoint's changes to the changelog: one record per key, partition =

@@ -12,7 +12,7 @@ use wasmtime::{AsContextMut, Store};
 
 use super::sandbox::HostState;
 use crate::batch::{Batch, BatchError, Entry, Header, OutputBound};
-use crate::state::StateEntry;
+use crate::state::{ChunkError, StateChunk, StateEntry};
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -51,6 +51,124 @@ impl ProcessFunc {
         let typed =
             unsafe { TypedFunc::<ProcessParams<'_>, ProcessResults>::new_unchecked(self.0) };
         Ok(typed.call(store, (batch,))?.0)
+    }
+}
+
+/// The `snapshot` export, whose chunk lifts as a [`WireStateChunk`]: sized up before
+/// anything is copied out of the guest.
+#[derive(Clone, Copy)]
+pub(super) struct SnapshotFunc(TypedFunc<(u32,), (Result<WireStateChunk, String>,)>);
+
+impl SnapshotFunc {
+    /// Looks `snapshot` up in a fresh instance, checking its type against the WIT's.
+    pub(super) fn new(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<Self> {
+        Ok(Self(instance.get_typed_func(store, "snapshot")?))
+    }
+
+    pub(super) fn call(
+        self,
+        store: impl AsContextMut<Data = HostState>,
+        max_bytes: u32,
+    ) -> wasmtime::Result<Result<WireStateChunk, String>> {
+        Ok(self.0.call(store, (max_bytes,))?.0)
+    }
+}
+
+/// The WIT `state-chunk` as `snapshot` returns it: its parts, or why a chunk of its
+/// lengths cannot be valid, found before either list was copied (a hostile guest's
+/// 32 MiB of data stays in its own memory).
+pub(super) struct WireStateChunk(Result<(Vec<u8>, Vec<StateEntry>), ChunkError>);
+
+impl WireStateChunk {
+    /// The chunk, checked against `max_bytes` (`StateChunk::from_parts`).
+    pub(super) fn into_chunk(self, max_bytes: u32) -> Result<StateChunk, ChunkError> {
+        let (data, entries) = self.0?;
+        StateChunk::from_parts(data, entries, max_bytes)
+    }
+}
+
+/// Canonical ABI layout of `state-entry` (four u32 and a bool, aligned to 4) and of
+/// `state-chunk` (two lists, each a pointer and a length).
+const STATE_ENTRY_SIZE: usize = 20;
+const STATE_CHUNK_SIZE: usize = 16;
+const _: () = assert!(<types::StateEntry as ComponentType>::SIZE32 == STATE_ENTRY_SIZE);
+const _: () = assert!(<types::StateEntry as ComponentType>::ALIGN32 == 4);
+const _: () = assert!(<types::StateChunkResult as ComponentType>::SIZE32 == STATE_CHUNK_SIZE);
+
+// SAFETY: every item delegates to the derived implementation of the generated record.
+unsafe impl ComponentType for WireStateChunk {
+    type Lower = <types::StateChunkResult as ComponentType>::Lower;
+    const ABI: CanonicalAbiInfo = <types::StateChunkResult as ComponentType>::ABI;
+
+    fn typecheck(ty: &InterfaceType, types: &InstanceType<'_>) -> wasmtime::Result<()> {
+        <types::StateChunkResult as ComponentType>::typecheck(ty, types)
+    }
+}
+
+// SAFETY: the flat form delegates to the derived implementation; the memory form reads
+// the layout asserted above, and every list it reads is bounds-checked against the
+// guest's memory and charged to the hostcall fuel, as wasmtime's own lists are.
+unsafe impl Lift for WireStateChunk {
+    fn linear_lift_from_flat(
+        cx: &mut LiftContext<'_>,
+        ty: InterfaceType,
+        src: &Self::Lower,
+    ) -> wasmtime::Result<Self> {
+        // A `result<state-chunk, string>` never comes flat (five values, one allowed):
+        // this path only exists for the trait, and checks the sizes after the copy.
+        let chunk = types::StateChunkResult::linear_lift_from_flat(cx, ty, src)?;
+        let entries = chunk.entries.iter().map(StateEntry::from).collect();
+        Ok(WireStateChunk(
+            StateChunk::check_size(chunk.data.len(), chunk.entries.len())
+                .map(|()| (chunk.data, entries)),
+        ))
+    }
+
+    fn linear_lift_from_memory(
+        cx: &mut LiftContext<'_>,
+        _ty: InterfaceType,
+        bytes: &[u8],
+    ) -> wasmtime::Result<Self> {
+        let u32_at =
+            |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let (data_at, data_len, entries_at, entries_len) =
+            (u32_at(0), u32_at(4), u32_at(8), u32_at(12));
+        if let Err(refused) = StateChunk::check_size(data_len, entries_len) {
+            return Ok(WireStateChunk(Err(refused)));
+        }
+        if !entries_at.is_multiple_of(4) {
+            wasmtime::bail!("list pointer is not aligned");
+        }
+        let memory = cx.memory();
+        let list = |at: usize, len: usize| {
+            memory
+                .get(at..)
+                .and_then(|tail| tail.get(..len))
+                .ok_or_else(|| wasmtime::format_err!("list pointer/length out of bounds of memory"))
+        };
+        let data = list(data_at, data_len)?;
+        let entries = list(entries_at, entries_len * STATE_ENTRY_SIZE)?;
+        cx.consume_fuel_array(data_len, 1)?;
+        cx.consume_fuel_array(entries_len, size_of::<StateEntry>())?;
+        let (entries, rest) = entries.as_chunks::<STATE_ENTRY_SIZE>();
+        debug_assert!(rest.is_empty());
+        Ok(WireStateChunk(Ok((
+            data.to_vec(),
+            entries.iter().map(decode_state_entry).collect(),
+        ))))
+    }
+}
+
+/// One `state-entry` in the canonical ABI: u32s at 0, 4, 8 and 12, the bool at 16 (any
+/// non-zero byte is `true`, as the canonical ABI lifts a bool).
+fn decode_state_entry(bytes: &[u8; STATE_ENTRY_SIZE]) -> StateEntry {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    StateEntry {
+        key_offset: u32_at(0),
+        key_len: u32_at(4),
+        value_offset: u32_at(8),
+        value_len: u32_at(12),
+        removed: bytes[16] != 0,
     }
 }
 

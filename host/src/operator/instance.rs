@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap};
 
-use super::bindings::{Operator, ProcessFunc, from_generated, from_wire, types, with_wire};
+use super::bindings::{Operator, ProcessFunc, SnapshotFunc, from_generated, from_wire, types, with_wire};
 use super::error::{Call, OperatorError, OperatorId};
 use super::plugin::Plugin;
 use super::sandbox::HostState;
 use super::stdio::{self, LogGate, LogLimits};
 use crate::batch::{Batch, BatchError, OutputBound};
 use crate::metrics::PluginLogMetrics;
-use crate::state::{StateChunk, StateEntry};
+use crate::state::{CHUNK_BYTES, Round, StateChanges, StateChunk};
 
 /// What one operator instance may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +59,13 @@ impl Limits {
     pub fn hostcall_bytes(&self) -> usize {
         self.memory_bytes.saturating_mul(2)
     }
+
+    /// The most bytes one snapshot round may hand over, counting
+    /// `state::ENTRY_OVERHEAD_BYTES` per entry: twice the memory limit, since the
+    /// guest holds what changed (a round that never ends stops there).
+    pub fn round_bytes(&self) -> usize {
+        self.memory_bytes.saturating_mul(2)
+    }
 }
 
 /// A running operator: one guest instance plus what it takes to replace it.
@@ -89,6 +96,7 @@ struct Live {
     store: Store<HostState>,
     operator: Operator,
     process: ProcessFunc,
+    snapshot: SnapshotFunc,
 }
 
 /// What instantiating a plugin costs, reported by `weir check`.
@@ -176,20 +184,39 @@ impl OperatorInstance {
     }
 
     /// The next chunk of the keys whose state changed since the previous round, within
-    /// `max_bytes` of data unless one entry alone is bigger; an empty chunk ends the
-    /// round. A chunk that breaks the contract is an error, as a malformed batch is.
+    /// `max_bytes` of data (at most [`CHUNK_BYTES`]: more is asked as that) unless one
+    /// entry alone is bigger; an empty chunk ends the round. A chunk that breaks the
+    /// contract is an error, as a malformed batch is; one too big to be valid is
+    /// refused before it is copied out of the guest.
     pub fn snapshot(&mut self, max_bytes: u32) -> Result<StateChunk, OperatorError> {
-        let chunk = self.call(Call::Snapshot, |live| {
-            live.operator.call_snapshot(&mut live.store, max_bytes)
-        })?;
-        let entries = chunk.entries.iter().map(StateEntry::from).collect();
-        StateChunk::from_parts(chunk.data, entries, max_bytes)
+        let max_bytes = max_bytes.min(CHUNK_BYTES);
+        let chunk = self.call(Call::Snapshot, |live| live.snapshot.call(&mut live.store, max_bytes))?;
+        chunk
+            .into_chunk(max_bytes)
             .map_err(|problem| self.invalid_state(problem.to_string()))
     }
 
-    /// The error for state changes that break the contract in ways only the caller
-    /// can see (keys it does not own, a key twice in a round).
-    pub fn invalid_state(&self, detail: String) -> OperatorError {
+    /// One whole snapshot round of stage `stage`, in chunks of [`CHUNK_BYTES`], checked
+    /// as a job checks it (`state::Round`): each key in the key group `group_of` gives
+    /// it (or refused with the reason it returns), once, within one changelog record,
+    /// and the round within [`Limits::round_bytes`].
+    pub fn snapshot_round(
+        &mut self,
+        stage: u32,
+        mut group_of: impl FnMut(&[u8]) -> Result<u32, String>,
+    ) -> Result<StateChanges, OperatorError> {
+        let mut round = Round::new(stage, self.limits.round_bytes());
+        loop {
+            let chunk = self.snapshot(CHUNK_BYTES)?;
+            if chunk.is_empty() {
+                return round.finish().map_err(|problem| self.invalid_state(problem.to_string()));
+            }
+            round.add(&chunk, &mut group_of).map_err(|problem| self.invalid_state(problem.to_string()))?;
+        }
+    }
+
+    /// The error for state changes that break the contract.
+    fn invalid_state(&self, detail: String) -> OperatorError {
         OperatorError::InvalidState { id: self.id.clone(), detail }
     }
 
@@ -354,13 +381,15 @@ fn instantiate(
         .and_then(|instance| {
             let operator = Operator::new(&mut store, &instance)?;
             let process = ProcessFunc::new(&mut store, &instance)?;
-            Ok((operator, process))
+            let snapshot = SnapshotFunc::new(&mut store, &instance)?;
+            Ok((operator, process, snapshot))
         });
     match instantiated {
-        Ok((operator, process)) => Ok(Live {
+        Ok((operator, process, snapshot)) => Ok(Live {
             store,
             operator,
             process,
+            snapshot,
         }),
         Err(err) => Err(OperatorError::Instantiate {
             id: id.clone(),

@@ -24,7 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rocksdb::{WriteBatch, WriteOptions};
 
 use super::{Checkpoint, CheckpointStore, StoreError, frame_into, unframe};
-use crate::state::StateChunk;
+use crate::state::{RestoreChunks, StateChunk};
 
 const STATE: u8 = 0x02;
 /// Per-checkpoint changes, as weir wrote them up to commit 36c9be7: deleted on recovery.
@@ -148,7 +148,8 @@ impl CheckpointStore {
         Ok(value.is_some())
     }
 
-    /// Reads `stage`'s state for `groups` in chunks of about `chunk_bytes`, calling `f` with
+    /// Reads `stage`'s state for `groups` in chunks of at most `chunk_bytes` of data (an
+    /// entry bigger alone; `RestoreChunks`, as `weir check` restores), calling `f` with
     /// each. Returns the number of entries.
     pub fn read_state<E: From<StoreError>>(
         &self,
@@ -163,7 +164,7 @@ impl CheckpointStore {
         let snapshot = self.db.snapshot();
         let mut iter = snapshot.raw_iterator();
         iter.seek(&start);
-        let mut chunk = StateChunk::default();
+        let mut chunks = RestoreChunks::new(chunk_bytes);
         let mut entries = 0;
         while let Some((key, value)) = iter.item() {
             if key >= &end[..] {
@@ -171,16 +172,15 @@ impl CheckpointStore {
             }
             let value = unframe(key, value).map_err(|detail| self.state_corrupt(base, detail))?;
             let user_key = &key[start.len()..];
-            if !chunk.is_empty() && chunk.data_len() + user_key.len() + value.len() > chunk_bytes {
-                f(std::mem::take(&mut chunk))?;
+            if let Some(full) = chunks.push(user_key, value) {
+                f(full)?;
             }
-            chunk.push(user_key, Some(value));
             entries += 1;
             iter.next();
         }
         iter.status().map_err(|source| self.rocks(format!("reading the state of stage {stage}"), source))?;
-        if !chunk.is_empty() {
-            f(chunk)?;
+        if let Some(last) = chunks.finish() {
+            f(last)?;
         }
         Ok(entries)
     }

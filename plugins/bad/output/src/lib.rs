@@ -16,7 +16,14 @@
 //! - `foreign`: key `k` in every round, though only one subtask owns its key group;
 //! - `endless`: a round that never ends (every chunk holds an entry);
 //! - `keys`: an entry for every key processed since the last round, as a real
-//!   keyed operator does (the host checks that each belongs to the subtask).
+//!   keyed operator does (the host checks that each belongs to the subtask);
+//! - `alias:<n>`: one chunk of `max-bytes` of data and `n` distinct keys whose values
+//!   all are the whole of it: within `max-bytes` as data, `n` times over it as entries;
+//! - `removal-value`: a removal whose value points at 0xFFFFFF00, past any data;
+//! - `padded:<mb>`: a chunk of `<mb>` MiB of data and no entries, which would end the
+//!   round;
+//! - `many:<n>:<kib>`: a valid round of `n` keys of `<kib>` KiB each, in chunks within
+//!   `max-bytes` (`restore` accepts any chunk and keeps nothing).
 
 #[cfg(target_arch = "wasm32")]
 mod component {
@@ -43,6 +50,8 @@ mod component {
         /// Keys seen since the last snapshot round (mode `keys`), and whether the
         /// current round has handed over its one chunk.
         static SEEN: RefCell<(Vec<Vec<u8>>, bool)> = const { RefCell::new((Vec::new(), false)) };
+        /// The next key of a `many` round.
+        static NEXT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     }
 
     fn chunk(entries: &[(&[u8], &[u8])]) -> StateChunk {
@@ -72,6 +81,47 @@ mod component {
             was
         });
         if sent { chunk(&[]) } else { make() }
+    }
+
+    /// `max_bytes` of data, four bytes per counter, and `n` entries: key `i` is counter
+    /// `i`, every value the whole buffer.
+    fn aliased(n: u32, max_bytes: u32) -> StateChunk {
+        let data: Vec<u8> = (0..max_bytes / 4).flat_map(u32::to_le_bytes).collect();
+        let entries = (0..n.min(max_bytes / 4))
+            .map(|i| StateEntry {
+                key_offset: 4 * i,
+                key_len: 4,
+                value_offset: 0,
+                value_len: data.len() as u32,
+                removed: false,
+            })
+            .collect();
+        StateChunk { data, entries }
+    }
+
+    /// The next chunk of a round of `n` keys `k<i>` with `kib` KiB values.
+    fn many(n: u32, kib: usize, max_bytes: u32) -> StateChunk {
+        let value = vec![0x6d; kib << 10];
+        let mut keys = Vec::new();
+        let mut bytes = 0;
+        let mut next = NEXT.get();
+        while next < n {
+            let key = format!("k{next:010}");
+            if !keys.is_empty() && bytes + key.len() + value.len() > max_bytes as usize {
+                break;
+            }
+            bytes += key.len() + value.len();
+            keys.push(key);
+            next += 1;
+        }
+        NEXT.set(if keys.is_empty() { 0 } else { next });
+        let entries: Vec<(&[u8], &[u8])> = keys.iter().map(|key| (key.as_bytes(), &value[..])).collect();
+        chunk(&entries)
+    }
+
+    fn parse<T: std::str::FromStr>(state: &str, part: Option<&str>) -> Result<T, String> {
+        part.and_then(|part| part.parse().ok())
+            .ok_or_else(|| format!("bad-output: state {state}: expected numbers after the mode"))
     }
 
     fn settings() -> &'static Settings {
@@ -164,11 +214,24 @@ mod component {
             })
         }
 
-        fn snapshot(_max_bytes: u32) -> Result<StateChunk, String> {
+        fn snapshot(max_bytes: u32) -> Result<StateChunk, String> {
             let state = settings().state.as_str();
-            if let Some(mb) = state.strip_prefix("big:") {
-                let mb: usize = mb.parse().map_err(|e| format!("bad-output: state {state}: {e}"))?;
-                return Ok(once(|| chunk(&[(b"big", &vec![0x5a; mb << 20])])));
+            let mut parts = state.split(':');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some("big"), mb, None) => {
+                    let mb: usize = parse(state, mb)?;
+                    return Ok(once(|| chunk(&[(b"big", &vec![0x5a; mb << 20])])));
+                }
+                (Some("alias"), n, None) => {
+                    let n = parse(state, n)?;
+                    return Ok(once(|| aliased(n, max_bytes)));
+                }
+                (Some("padded"), mb, None) => {
+                    let mb: usize = parse(state, mb)?;
+                    return Ok(StateChunk { data: vec![0x70; mb << 20], entries: Vec::new() });
+                }
+                (Some("many"), n, kib) => return Ok(many(parse(state, n)?, parse(state, kib)?, max_bytes)),
+                _ => {}
             }
             Ok(match state {
                 "outside" => once(|| {
@@ -184,6 +247,13 @@ mod component {
                     }
                 }),
                 "foreign" => once(|| chunk(&[(b"k", b"v")])),
+                "removal-value" => once(|| {
+                    let mut removal = chunk(&[(b"k", b"")]);
+                    removal.entries[0].removed = true;
+                    removal.entries[0].value_offset = 0xFFFF_FF00;
+                    removal.entries[0].value_len = 16;
+                    removal
+                }),
                 "endless" => chunk(&[(b"k", b"v")]),
                 "keys" => once(|| {
                     let mut seen = SEEN.with_borrow_mut(|(seen, _)| std::mem::take(seen));
