@@ -344,3 +344,32 @@ fn rescaling_between_runs_keeps_the_output_exact() {
         assert!(restored, "no restore at parallelism {parallelism}:\n{text}");
     }
 }
+
+/// The state_dir deleted three times under a running process, while input arrives: the
+/// process goes on (it opens its store anew and rebuilds the state from the changelog,
+/// as on a new machine), never exits, and the committed output is exact.
+#[test]
+fn a_state_dir_deleted_under_a_running_job_is_rebuilt_and_the_job_goes_on() {
+    let job = job::job_dir("wc-vanish");
+    topics(&job);
+    job.window_count(2, 100, WINDOW_MS as u64, "");
+    let producer = produce_paced(&job.input, 23, 20);
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    for round in 0..3 {
+        let committed = job::count_in_log(&log, "checkpoint committed");
+        job::wait_for_more(&log, "checkpoint committed", committed + 2, Duration::from_secs(60));
+        let reopened = job::count_in_log(&log, "opened the checkpoint store anew");
+        std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        job::wait_for_more(&log, "opened the checkpoint store anew", reopened, Duration::from_secs(60));
+        if let Some(status) = job::wait(&mut child, Duration::ZERO) {
+            panic!("weir exited with {status} after the state_dir's deletion {round}; log:\n{}", job::read_log(&log));
+        }
+        assert!(job.state_dir().join("CURRENT").is_file(), "the store was not created anew in {}", job.state_dir().display());
+    }
+    let input = producer.join().expect("producer thread");
+    stop_and_compare(&job, &mut child, &input, &log);
+    let text = job::read_log(&log);
+    assert!(text.contains("was deleted while the job ran"), "the deletion was not reported:\n{text}");
+    assert!(text.contains("rebuilding keyed state from the whole changelog"), "no rebuild after the deletion:\n{text}");
+}

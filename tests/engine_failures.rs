@@ -55,6 +55,14 @@ fn consumer_lag_reads_zero_once_the_input_is_drained() {
     let (job, input) = window_count_job("lag", 20_000);
     let log = log_of(&job, "weir.log");
     let mut child = job::start(&job.path(), &log, &[]);
+    // A committed checkpoint means every source has its partitions: each has a lag
+    // series from then on, whenever the once-a-second refresh comes.
+    job::wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
+    let first = job::scrape_metrics(&log);
+    let lag = consumer_lag(&first, &job.input);
+    assert_eq!(lag.len(), PARTITIONS as usize, "a lag series per assigned partition, at once: {lag:?}\n{first}");
+    let owned = format!("weir_owned_partitions {PARTITIONS}\n");
+    assert!(first.contains(&owned), "a single process owns every input partition:\n{first}");
     let mut tail = Tail::new(&job.output, PARTITIONS);
     assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", job::read_log(&log));
 
@@ -303,6 +311,78 @@ fn bad_job_files_and_plugins_fail_with_errors_that_name_them() {
         assert!(!output.status.success(), "accepted:\n{body}");
         assert!(stderr.contains(named), "error for\n{body}\ndoes not name `{named}`:\n{stderr}");
         assert!(stderr.contains("job.toml"), "error does not name the file:\n{stderr}");
+    }
+}
+
+/// A job that cannot run fails before it creates anything: a bad operator config is
+/// found by the plugin's `init` before the changelog topic exists.
+#[test]
+fn a_bad_operator_config_is_refused_before_any_topic_is_created() {
+    let job = job::job_dir("bad-config");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.window_count(2, 200, 0, "");
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir exits");
+    let text = job::read_log(&log);
+    assert!(!status.success(), "a window of 0 ms was accepted:\n{text}");
+    assert!(text.contains("window_ms") && text.contains("count"), "the error names neither the key nor the operator:\n{text}");
+    let changelog = format!("{}-changelog", job.name);
+    assert!(!support::topic_exists(&changelog), "the changelog `{changelog}` was created for a job that cannot run");
+}
+
+/// A job whose operators keep no state (no `key_by`) has no changelog topic, and its
+/// output stays exact across a kill and a lost state_dir.
+#[test]
+fn a_stateless_job_creates_no_changelog_and_survives_a_lost_state_dir() {
+    let job = job::job_dir("stateless");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.one_operator(2, 100, ("passthrough", &support::plugin("bad-trap"), false), "", "");
+    let input: Vec<clicks::Input> = (0..20_000)
+        .map(|i| ((i % PARTITIONS as usize) as i32, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000 + i as i64))
+        .collect();
+    support::produce(&job.input, &input);
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    job::wait_for_more(&log, "checkpoint committed", 2, Duration::from_secs(60));
+    job::kill(&mut child);
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(input.len(), Duration::from_secs(120)), "{}", job::read_log(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+    let mut expected: Vec<Vec<u8>> = input.iter().map(|record| record.2.clone()).collect();
+    let mut actual: Vec<Vec<u8>> = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted).into_iter().map(|r| r.2).collect();
+    expected.sort();
+    actual.sort();
+    assert!(actual == expected, "{} records committed for {} input records:\n{}", actual.len(), expected.len(), job::read_log(&log));
+    let changelog = format!("{}-changelog", job.name);
+    assert!(!support::topic_exists(&changelog), "a stateless job created the changelog `{changelog}`");
+}
+
+/// A sink or dead-letter topic that does not exist is refused by name; the broker is
+/// never left to create it with one partition.
+#[test]
+fn a_missing_sink_or_dead_letter_topic_is_refused_by_name() {
+    for missing_dlq in [false, true] {
+        let job = job::job_dir("no-sink");
+        support::create_topic(&job.input, PARTITIONS);
+        let dlq = support::unique_name("no-sink-dlq");
+        let sink_extra = format!("dead_letter_topic = \"{dlq}\"");
+        if missing_dlq {
+            support::create_topic(&job.output, PARTITIONS);
+        }
+        job.window_count(1, 200, WINDOW_MS as u64, &sink_extra);
+        let log = log_of(&job, "weir.log");
+        let mut child = job::start(&job.path(), &log, &[]);
+        let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir exits");
+        let text = job::read_log(&log);
+        let (key, topic) = if missing_dlq { ("dead_letter_topic", &dlq) } else { ("[sink] topic", &job.output) };
+        assert!(!status.success(), "ran without its {key}:\n{text}");
+        assert!(text.contains(key) && text.contains(topic.as_str()) && text.contains("does not exist"), "unclear error:\n{text}");
+        assert!(!support::topic_exists(topic), "the broker created `{topic}`");
     }
 }
 

@@ -117,6 +117,31 @@ fn three_processes_killed_at_random_keep_the_output_exact() {
     assert!(text.contains("this process's partitions changed"), "no rebalance was logged:\n{text}");
 }
 
+/// The shared state_dir of three running processes deleted twice while input arrives:
+/// each opens its store anew and rebuilds its key groups from the changelog; none
+/// exits, and the output is exact.
+#[test]
+fn a_shared_state_dir_deleted_under_three_processes_is_rebuilt_and_they_go_on() {
+    let job = scale_out_job("so-vanish");
+    let producer = produce(&job, 30);
+    let mut processes: Vec<Process> = (0..3).map(|i| Process::start(&job, i)).collect();
+    for _ in 0..2 {
+        for process in &processes {
+            wait_for_commit(process);
+        }
+        std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        for process in &processes {
+            wait_for_commit(process);
+        }
+    }
+    let exited: Vec<_> = processes.iter_mut().filter_map(|process| job::wait(&mut process.child, Duration::ZERO)).collect();
+    assert!(exited.is_empty(), "processes exited ({exited:?}); logs:\n{}", logs(&processes));
+    let input = producer.join().expect("producer thread");
+    stop_and_compare(&job, &mut processes, &input);
+    let text = logs(&processes);
+    assert!(text.contains("opened the checkpoint store anew"), "no store was opened anew:\n{text}");
+}
+
 #[test]
 fn a_process_joins_and_another_leaves_with_sigterm() {
     let job = scale_out_job("so-join");
@@ -190,6 +215,39 @@ fn input_not_co_partitioned_by_key_is_refused_with_two_processes() {
     }
     let committed = support::read_to_end(&job.output, OUTPUT_PARTITIONS, Isolation::ReadCommitted);
     assert!(committed.is_empty(), "output was committed from input that is not co-partitioned");
+}
+
+/// With a dead-letter topic, a record that is not co-partitioned is bad input like a
+/// poison record: it goes there, the reason in its headers, and both processes go on
+/// to commit exactly the output of the rest.
+#[test]
+fn input_not_co_partitioned_goes_to_the_dead_letter_topic_and_the_job_goes_on() {
+    let job = scale_out_job("so-stray");
+    let dlq = support::unique_name("so-stray-dlq");
+    support::create_topic(&dlq, 1);
+    let text = std::fs::read_to_string(job.path()).expect("reading the job file");
+    std::fs::write(job.path(), text.replace("[sink]\n", &format!("[sink]\ndead_letter_topic = \"{dlq}\"\n"))).expect("writing the job file");
+    let mut clicks = Clicks::new(5, PARTITIONS, 300);
+    let mut input = clicks.take_keyed(3_000);
+    input.extend(clicks.flush_keyed());
+    // Each in a partition its key does not belong to, no later than any real record, so
+    // that none of those is late behind it.
+    let earliest = input.iter().map(|record| record.3).min().expect("input");
+    let strays: Vec<clicks::Input> = input[..3]
+        .iter()
+        .map(|(partition, key, _, _)| ((partition + 1) % PARTITIONS, key.clone(), b"stray".to_vec(), earliest))
+        .collect();
+    support::produce(&job.input, &strays);
+    support::produce(&job.input, &input);
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    stop_and_compare(&job, &mut processes, &input);
+    let letters = support::read_to_end_with_headers(&dlq, 1, Isolation::ReadCommitted);
+    assert_eq!(letters.len(), strays.len(), "dead letters: {letters:?}\nlogs:\n{}", logs(&processes));
+    for (_, key, value, headers) in &letters {
+        assert_eq!(value, b"stray", "only the strays are dead letters: {key:?}");
+        let error = headers.iter().find(|(name, _)| name == "weir.error").map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+        assert!(error.as_deref().is_some_and(|e| e.contains("not co-partitioned by key")), "no reason in the headers: {headers:?}");
+    }
 }
 
 #[test]

@@ -11,6 +11,7 @@
 mod operator_common;
 mod support;
 
+mod binaries;
 mod broker_contract;
 mod checkpoint_format;
 mod engine_broker_restart;

@@ -5,12 +5,12 @@
 use crate::operator_common as common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::{cache_dir, plugin_path, scratch_file};
 
 fn check(plugin: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
+    crate::support::job::weir()
         .arg("check")
         .arg(plugin)
         .args(args)
@@ -278,7 +278,7 @@ fn files_too_large_or_too_slow_to_compile_fail_naming_the_bound() {
         "over the 1048576-byte limit for a plugin",
     );
     assert_fails(Path::new("/dev/zero"), &[], "is not a regular file");
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let out = crate::support::job::weir()
         .args(["check", "--compile-timeout-ms", "100"])
         .arg(plugin_path("py-filter"))
         .env("WEIR_CACHE_DIR", "")
@@ -294,7 +294,7 @@ fn files_too_large_or_too_slow_to_compile_fail_naming_the_bound() {
 fn a_log_flood_is_cut_rate_limited_and_summarised() {
     // 10,000 lines of 4 KB to stdout and as many log messages, and one 40 MB line:
     // unbounded, that was 80 MB of host log and 10,000 more lines for the long one.
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let out = crate::support::job::weir()
         .arg("check")
         .arg(plugin_path("bad-output"))
         .args(["--record", "flood", "--call-timeout-ms", "20000"])
@@ -331,7 +331,7 @@ fn check_measured(plugin: &Path, args: &[&str]) -> (Option<i32>, String, u64) {
     let stderr_path = dir.path().join("stderr");
     let stderr = std::fs::File::create(&stderr_path).expect("a stderr file");
     #[expect(clippy::zombie_processes, reason = "reaped by wait4 below, which reports its peak memory")]
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let mut child = crate::support::job::weir()
         .arg("check")
         .arg(plugin)
         .args(args)

@@ -341,6 +341,12 @@ impl Job {
     pub fn checkpoint_interval(&self) -> Duration {
         Duration::from_millis(self.checkpoint_interval_ms)
     }
+
+    /// Whether any operator keeps keyed state (only one whose input is `key_by` may):
+    /// a job without one has no changelog topic.
+    pub fn keeps_state(&self) -> bool {
+        self.operators.iter().any(|op| op.key_by)
+    }
 }
 
 impl Source {

@@ -243,7 +243,7 @@ impl Metrics {
             dead_letter_records.0.clone(),
         );
         let group = GroupMetrics::default();
-        registry.register("owned_partitions", "Input partitions this process owns (scale_out)", group.owned_partitions.0.clone());
+        registry.register("owned_partitions", "Input partitions this process owns: all of them for a single process, the group's share with scale_out", group.owned_partitions.0.clone());
         registry.register("rebalances", "Changes of the input partitions this process owns (scale_out)", group.rebalances.0.clone());
         registry.register(
             "rebalance_duration_milliseconds",

@@ -95,9 +95,15 @@ pub fn job_dir(prefix: &str) -> JobDir {
     }
 }
 
-/// The `weir` binary under test: the one cargo built, or `$WEIR_BIN` (e.g. an installed one).
+/// The `weir` binary under test: `$WEIR_BIN` (scripts/test names its own build, an
+/// installed one may be named too), else the one cargo built with this test binary.
+pub fn binary() -> PathBuf {
+    std::env::var_os("WEIR_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_weir")), PathBuf::from)
+}
+
+/// A command running the `weir` binary under test.
 pub fn weir() -> Command {
-    Command::new(std::env::var_os("WEIR_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_weir").into()))
+    Command::new(binary())
 }
 
 /// Starts `weir run` on the job file, serving metrics on a free port; its output goes to `log`.

@@ -286,6 +286,14 @@ pub fn delete_records(topic: &str, partition: i32, before: i64) {
     }
 }
 
+/// Whether the broker lists topic `name` (asked for every topic: a request for one
+/// topic may have the broker create it).
+pub fn topic_exists(name: &str) -> bool {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("consumer");
+    let metadata = consumer.fetch_metadata(None, WAIT).expect("metadata");
+    metadata.topics().iter().any(|t| t.name() == name && t.error().is_none())
+}
+
 /// Deletes topic `name`, and waits until the broker no longer lists it.
 pub fn delete_topic(name: &str) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()

@@ -135,6 +135,19 @@ pub enum StoreError {
     },
 
     #[error(
+        "{max} processes of job `{job}` already run with state_dir {dir}; give this one another state_dir",
+        dir = .dir.display(), job = .job
+    )]
+    Crowded { dir: PathBuf, job: String, max: u32 },
+
+    #[error(
+        "checkpoint store {dir} was deleted while the job ran; weir opens it anew, empty, and rebuilds \
+         the state from the job's changelog topic",
+        dir = .dir.display()
+    )]
+    Vanished { dir: PathBuf },
+
+    #[error(
         "{action} in checkpoint store {dir} failed: {source}; check that the disk is not full \
          and that {dir} is writable",
         dir = .dir.display()
@@ -265,6 +278,16 @@ impl CheckpointStore {
         };
         store.check_format()?;
         Ok(store)
+    }
+
+    /// Whether the store's directory is gone (deleted under the running process):
+    /// RocksDB goes on writing into files that no longer have a name until it needs a
+    /// new one, then fails; a new store in a new directory is what can go on.
+    pub fn check_present(&self) -> Result<(), StoreError> {
+        match self.dir.join("CURRENT").is_file() {
+            true => Ok(()),
+            false => Err(StoreError::Vanished { dir: self.dir.clone() }),
+        }
     }
 
     /// The store's directory.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use clap::Args;
-use weir::checkpoint::store::{CheckpointStore, StoreError};
+use weir::checkpoint::state_dir::StateDir;
 use weir::engine::{Engine, Options};
 use weir::metrics::{Metrics, MetricsServer};
 use weir::operator::{LoadLimits, Plugin, Runtime, RuntimeConfig};
@@ -45,7 +45,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("operator `{}` of job `{}`", op.name, job.name))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let store = open_store(&job)?;
+    let state_dir = StateDir::claim(&job.state_dir, &job.name, job.scale_out)?;
 
     let metrics = Metrics::new();
     let stop = Arc::new(AtomicBool::new(false));
@@ -69,47 +69,11 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     control.spawn(stop_on_signal(Arc::clone(&stop)));
 
-    let engine = Engine::new(job, plugins, store, Options { stop, metrics });
+    let engine = Engine::new(job, plugins, state_dir, Options { stop, metrics });
     engine.run()?;
     tracing::info!("stopped after committing a final checkpoint");
     Ok(())
 }
-
-/// The job's checkpoint store. The processes of a scaled-out job on one host share its
-/// state_dir: each takes the first `process-<i>` directory no live process holds.
-fn open_store(job: &weir::job::Job) -> anyhow::Result<CheckpointStore> {
-    if !job.scale_out {
-        return Ok(CheckpointStore::open(&job.state_dir, &job.name)?);
-    }
-    std::fs::create_dir_all(&job.state_dir).with_context(|| format!("creating the state_dir {}", job.state_dir.display()))?;
-    for slot in 0..MAX_PROCESSES_PER_STATE_DIR {
-        // The slot's lock file, held while the process lives, comes first: RocksDB's own
-        // lock cannot tell a store another process is creating from a damaged one.
-        let lock_path = job.state_dir.join(format!("process-{slot}.lock"));
-        let lock = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => continue,
-            Err(std::fs::TryLockError::Error(e)) => return Err(e).with_context(|| format!("locking {}", lock_path.display())),
-        }
-        match CheckpointStore::open(&job.state_dir.join(format!("process-{slot}")), &job.name) {
-            Err(StoreError::Locked { .. }) => continue,
-            opened => {
-                // Released when the process exits.
-                std::mem::forget(lock);
-                return Ok(opened?);
-            }
-        }
-    }
-    anyhow::bail!(
-        "{MAX_PROCESSES_PER_STATE_DIR} processes of job `{}` already run with state_dir {}; give this one another state_dir",
-        job.name,
-        job.state_dir.display()
-    )
-}
-
-/// How many processes of a scaled-out job may share one state_dir.
-const MAX_PROCESSES_PER_STATE_DIR: u32 = 256;
 
 /// The first SIGTERM or SIGINT asks for a final checkpoint; a second one exits at once
 /// (safe: recovery rolls back to the last committed checkpoint).

@@ -76,7 +76,7 @@ impl TaskFailure {
             | TaskFailure::Fenced(_)
             | TaskFailure::Incompatible(_)
             | TaskFailure::OffsetLost(_) => true,
-            TaskFailure::Store(e) => !matches!(e, StoreError::Rocks { .. }),
+            TaskFailure::Store(e) => !matches!(e, StoreError::Rocks { .. } | StoreError::Vanished { .. }),
             TaskFailure::Recovery(e) => !matches!(e, RecoveryError::Unreachable { .. } | RecoveryError::Offsets { .. }),
             TaskFailure::Operator { error, .. } => {
                 // Malformed state changes come back the same after a restart.

@@ -68,6 +68,9 @@ pub(super) struct Coordinator<'a> {
     /// partitions are shared by the job's processes) and keeps no checkpoint entries in
     /// the store (it recovers from Kafka; the store caches only its key groups' state).
     pub(super) scaled_out: bool,
+    /// Whether the job has a changelog (an operator keeps keyed state): a single
+    /// process writes each checkpoint's record into it.
+    pub(super) keeps_state: bool,
     pub(super) metrics: &'a Metrics,
     /// Bounds each Kafka commit, which librdkafka may not.
     pub(super) watchdog: Watchdog,
@@ -136,6 +139,9 @@ impl Coordinator<'_> {
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         let started = Instant::now();
         self.await_fold()?;
+        // A state_dir deleted under the job: the store would fail at its next new file,
+        // and every checkpoint folded meanwhile would be lost with it.
+        self.store.check_present()?;
         for source in &self.sources {
             source.send(Control::Barrier(n)).map_err(|_| TaskFailure::Stopped)?;
         }
@@ -176,7 +182,7 @@ impl Coordinator<'_> {
 
         let gathered = started.elapsed();
         let checkpoint = Checkpoint { n, meta: self.meta.clone(), tasks };
-        if !self.scaled_out {
+        if !self.scaled_out && self.keeps_state {
             let record = layout::checkpoint_record(&checkpoint);
             self.sink.send_checkpoint_record(self.changelog_topic, &record)?;
         }

@@ -40,6 +40,7 @@ type Edge = (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>);
 /// without one.
 pub(super) fn execute(
     engine: &Engine,
+    store: &CheckpointStore,
     recovered: Recovered,
     records: &Records,
     stop: &Arc<AtomicBool>,
@@ -86,13 +87,12 @@ pub(super) fn execute(
             }
             job::Delivery::ExactlyOnce => (None, None),
         };
-        let store = &engine.store;
         let what = "the state folder".to_string();
         handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx, folded_tx.as_ref())));
         drop(events_tx);
 
         let mut coordinator = Coordinator {
-            store: &engine.store,
+            store,
             sink: &sink,
             source_topic: &job.source.topic,
             changelog_topic: &changelog_topic,
@@ -112,6 +112,7 @@ pub(super) fn execute(
             stop: Arc::clone(stop),
             abandon: abandon.cloned(),
             scaled_out: shard.is_some(),
+            keeps_state: job.keeps_state(),
             metrics: &engine.options.metrics,
             watchdog: Watchdog::start(),
         };
@@ -163,6 +164,7 @@ fn spawn_sources<'scope>(
             outputs,
             key_by: job.operators[0].key_by.then_some(routing.key_groups),
             shard: routing.shard.cloned(),
+            dead_letters: job.sink.dead_letter_topic.as_ref().map(|_| job.operators[0].name.clone()),
             control: control_rx,
             events: events.clone(),
             metrics: engine.options.metrics.clone(),

@@ -256,11 +256,13 @@ fn attempt(
     let job = &engine.job;
     let metrics = &engine.options.metrics;
     let abandoned = || control.abandon.load(Ordering::Relaxed);
-    let recovered = recover::recover_shard(job, &engine.plugins, &engine.store, metrics, owned, member, &abandoned)?;
-    if let Some(changed_at) = changed_at {
-        metrics.group().rebalance_millis.set(changed_at.elapsed().as_millis() as i64);
-    }
-    graph::execute(engine, recovered, records, &control.stop, Some(&control.abandon))
+    engine.with_store(|store| {
+        let recovered = recover::recover_shard(job, &engine.plugins, store, metrics, owned, member, &abandoned)?;
+        if let Some(changed_at) = changed_at {
+            metrics.group().rebalance_millis.set(changed_at.elapsed().as_millis() as i64);
+        }
+        graph::execute(engine, store, recovered, records, &control.stop, Some(&control.abandon))
+    })
 }
 
 /// The consumer's member id in the group (empty while it is none).

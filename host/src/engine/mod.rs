@@ -13,13 +13,14 @@ mod restart;
 mod watchdog;
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::AtomicBool;
 
+use crate::checkpoint::state_dir::StateDir;
 use crate::checkpoint::store::CheckpointStore;
 use crate::job::Job;
 use crate::metrics::Metrics;
-use crate::operator::Plugin;
+use crate::operator::{OperatorInstance, Plugin};
 use coordinator::Outcome;
 use restart::RestartBudget;
 
@@ -35,19 +36,51 @@ pub struct Options {
 pub struct Engine {
     job: Job,
     plugins: Vec<Plugin>,
-    store: CheckpointStore,
+    store: Mutex<Store>,
     options: Options,
 }
 
+/// The checkpoint store and its directory: an attempt borrows the store; one that
+/// failed on it leaves it to be opened anew before the next.
+struct Store {
+    dir: StateDir,
+    open: Option<CheckpointStore>,
+}
+
 impl Engine {
-    pub fn new(job: Job, plugins: Vec<Plugin>, store: CheckpointStore, options: Options) -> Engine {
+    pub fn new(job: Job, plugins: Vec<Plugin>, state_dir: (StateDir, CheckpointStore), options: Options) -> Engine {
         assert_eq!(plugins.len(), job.operators.len(), "one plugin per operator");
-        Engine { job, plugins, store, options }
+        let (dir, store) = state_dir;
+        Engine { job, plugins, store: Mutex::new(Store { dir, open: Some(store) }), options }
+    }
+
+    /// Runs `attempt` with the checkpoint store, opened anew first when the last attempt
+    /// failed on it or its directory was deleted. A directory deleted while the job
+    /// runs is a lost state_dir: it comes back empty and recovery rebuilds it from the
+    /// changelog. One attempt runs at a time.
+    fn with_store<T>(&self, attempt: impl FnOnce(&CheckpointStore) -> Result<T, TaskFailure>) -> Result<T, TaskFailure> {
+        let mut slot = self.store.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(Err(gone)) = slot.open.as_ref().map(CheckpointStore::check_present) {
+            tracing::warn!("{gone}");
+            slot.open = None;
+        }
+        if slot.open.is_none() {
+            let store = slot.dir.reopen()?;
+            tracing::info!(state_dir = %slot.dir.store_dir().display(), "opened the checkpoint store anew");
+            slot.open = Some(store);
+        }
+        let result = attempt(slot.open.as_ref().expect("opened above"));
+        if let Err(TaskFailure::Store(error)) = &result {
+            tracing::debug!("the checkpoint store is opened anew before the next attempt: {error}");
+            slot.open = None;
+        }
+        result
     }
 
     /// Runs the job until a stop is requested (then returns Ok after a final commit)
     /// or it fails in a way a restart cannot cure.
     pub fn run(&self) -> Result<(), TaskFailure> {
+        self.check_operators()?;
         if self.job.scale_out {
             return group::run(self);
         }
@@ -81,11 +114,25 @@ impl Engine {
         }
     }
 
+    /// Instantiates and initialises every operator once, with its config and limits,
+    /// before the job touches Kafka: a bad config or a failing `init` stops the job
+    /// before it creates any topic.
+    fn check_operators(&self) -> Result<(), TaskFailure> {
+        for (spec, plugin) in self.job.operators.iter().zip(&self.plugins) {
+            let config = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let label = format!("{}[check]", spec.name);
+            OperatorInstance::new(plugin, recover::operator_limits(spec), config, label).map_err(TaskFailure::operator)?;
+        }
+        Ok(())
+    }
+
     /// One attempt: recover, then run the task graph until the coordinator returns.
     fn attempt(&self, records: &Records, started_once: &mut bool) -> Result<Outcome, TaskFailure> {
-        let recovered = recover::recover(&self.job, &self.plugins, &self.store, &self.options.metrics)?;
-        *started_once = true;
-        graph::execute(self, recovered, records, &self.options.stop, None)
+        self.with_store(|store| {
+            let recovered = recover::recover(&self.job, &self.plugins, store, &self.options.metrics)?;
+            *started_once = true;
+            graph::execute(self, store, recovered, records, &self.options.stop, None)
+        })
     }
 }
 

@@ -18,9 +18,6 @@ use crate::operator::{OperatorError, OperatorInstance};
 use crate::sink::Sink;
 use crate::state::{self, StateChanges};
 
-/// The data bytes of the restore chunks `recover.rs` has the store cut: a snapshot's.
-pub(super) const STATE_CHUNK_BYTES: u32 = state::CHUNK_BYTES;
-
 use super::fault::{self, Step};
 
 /// Where a subtask's state changes go at a checkpoint: the changelog, in the

@@ -19,9 +19,9 @@ use crate::metrics::Metrics;
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin};
 use crate::sink::{self, Delivery, Member, ShardSink, Sink, SinkConfig, SinkError};
 use crate::source;
+use crate::state;
 
 use super::fault::{self, Step};
-use super::operator_task::STATE_CHUNK_BYTES;
 
 /// How long Kafka may take to answer at start-up before the job gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,6 +53,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     // Fence first: a zombie's open transaction is aborted before offsets are read.
     let sink = Sink::connect(&sink_config(job, &job.name), offsets_consumer, None)?;
     refuse_scaled_out_members(job, &resume_consumer)?;
+    metrics.group().owned_partitions.set(partitions.len() as i64);
     let resume = recovery::committed(&resume_consumer, group, &job.source.topic, &partitions, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
     // Anything sealed after the committed checkpoint (on a fresh start: anything at all)
@@ -60,17 +61,21 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     // keyed state becomes that of the committed checkpoint: the state_dir's, caught up
     // from the changelog's tail, else rebuilt from the whole changelog.
     let (snapshot, positions, local) = match resume.checkpoint {
-        Some(n) => {
+        Some(n) if job.keeps_state() => {
             let Loaded { snapshot, positions, local } = load(job, store, n, &resume.offsets)?;
             (Some(snapshot), Some(positions), local)
         }
+        Some(n) => (Some(load_stateless(job, store, n, &partitions, &resume.offsets)?), Some(BTreeMap::new()), None),
         None => (None, None, None),
     };
     let committed = resume.checkpoint.unwrap_or(0);
     fault::point(Step::DuringRecovery, committed);
 
     let key_groups = key_groups(job, partitions.len(), snapshot.as_ref())?;
-    let prepared = changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref())?;
+    let prepared = match job.keeps_state() {
+        true => changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref())?,
+        false => changelog::Prepared::Ready,
+    };
     let mut positions = match positions {
         Some(positions) => positions,
         None => start_fresh(job, store, key_groups)?,
@@ -125,7 +130,10 @@ pub(super) fn recover_shard(
     let step = |what: &str| tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "recovery: {what}");
     // The changelog is looked at (a few requests) while the earlier owners are fenced.
     let (connected, inspected) = std::thread::scope(|scope| {
-        let inspecting = scope.spawn(|| changelog::inspect_shard(job, |found| shardable(job, found, count)));
+        let inspecting = scope.spawn(|| match job.keeps_state() {
+            true => changelog::inspect_shard(job, |found| shardable(job, found, count)),
+            false => Ok(None),
+        });
         let shard_sink = ShardSink { member, partitions: count, shape, lowest };
         let connected = connect_fencing(job, &config, &owned[1..], || Sink::connect(&config, offsets_consumer, Some(shard_sink)))
             .and_then(|sink| {
@@ -154,7 +162,9 @@ pub(super) fn recover_shard(
         None => {
             let key_groups = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
             let key_groups = shardable(job, key_groups, count)?;
-            changelog::create_shard(job, key_groups, !resume.offsets.is_empty())?;
+            if job.keeps_state() {
+                changelog::create_shard(job, key_groups, !resume.offsets.is_empty())?;
+            }
             store.clear()?;
             (key_groups, changelog::Rebuilt::default())
         }
@@ -316,6 +326,10 @@ pub(super) fn check_source(job: &Job) -> Result<(), TaskFailure> {
 /// it (an at-least-once job keeps that). Returns those ends.
 fn start_fresh(job: &Job, store: &CheckpointStore, key_groups: KeyGroups) -> Result<BTreeMap<i32, i64>, TaskFailure> {
     store.clear()?;
+    if !job.keeps_state() {
+        store.mark_state(0, &BTreeMap::new())?;
+        return Ok(BTreeMap::new());
+    }
     let ends = changelog::Ends::new(job)?.all(key_groups.count())?;
     store.mark_state(0, &ends)?;
     Ok(ends)
@@ -438,6 +452,32 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
     Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None })
 }
 
+/// Checkpoint `n` of a job that keeps no state, which has no changelog to rebuild
+/// from: the state_dir's, else what Kafka's committed offsets say of it. Only event
+/// time is lost with the state_dir, and no operator of such a job keeps any state that
+/// depends on it.
+fn load_stateless(job: &Job, store: &CheckpointStore, n: u64, partitions: &[i32], committed: &BTreeMap<i32, i64>) -> Result<Snapshot, TaskFailure> {
+    store.discard_after(n)?;
+    match checkpoint_here(job, store, n, committed) {
+        Err(TaskFailure::Store(StoreError::Missing { .. })) => {}
+        loaded => return loaded,
+    }
+    tracing::info!(checkpoint = n, "the state_dir lacks checkpoint {n}; this job keeps no state, so it resumes from the committed offsets");
+    let count = u32::try_from(partitions.len()).unwrap_or(u32::MAX);
+    let key_groups = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
+    let partitions = committed
+        .iter()
+        .map(|(&partition, &next_offset)| (partition, PartitionState { partition, next_offset, max_timestamp: i64::MIN }))
+        .collect();
+    let unknown = layout::OperatorState { watermark: i64::MIN, guest: Vec::new() };
+    let operators = (0u32..)
+        .take(job.operators.len())
+        .flat_map(|stage| (0..job.parallelism).map(move |subtask| (stage, subtask)))
+        .map(|at| (at, unknown.clone()))
+        .collect();
+    Ok(Snapshot { n, format: layout::FORMAT, shape: shape(job, key_groups), partitions, operators })
+}
+
 /// Checkpoint `n` from the state_dir, if it is the one Kafka committed: its source
 /// offsets are the committed ones. A checkpoint of that number that another instance
 /// sealed here but never committed (it was fenced or died, and a successor committed
@@ -558,7 +598,7 @@ fn instances(
             if restored.is_some() {
                 if spec.key_by {
                     let groups = key_groups.range(subtask, job.parallelism);
-                    restored_entries += store.read_state(stage, groups, STATE_CHUNK_BYTES as usize, |chunk| {
+                    restored_entries += store.read_state(stage, groups, state::CHUNK_BYTES as usize, |chunk| {
                         instance.restore(&chunk).map_err(TaskFailure::operator)
                     })?;
                 }
@@ -622,7 +662,7 @@ fn refuse_unkeyed_state(store: &CheckpointStore, stage: u32, spec: &job::Operato
 }
 
 /// What each instance of operator `spec` may use, from its job-file keys.
-fn operator_limits(spec: &job::Operator) -> Limits {
+pub(super) fn operator_limits(spec: &job::Operator) -> Limits {
     Limits {
         memory_bytes: spec.memory_limit_bytes(),
         call_timeout: spec.call_timeout(),

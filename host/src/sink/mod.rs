@@ -12,6 +12,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerGroupMetadat
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::batch::{Batch, RecordRef};
@@ -28,6 +30,8 @@ const TXN_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) const COMMIT_BOUND: Duration = Duration::from_secs(4 * TXN_TIMEOUT.as_secs());
 /// How long a new producer waits for its first broker connection before it goes on.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the brokers may take to list their topics at start.
+const TOPICS_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a full producer queue may refuse records before the attempt is failed.
 const QUEUE_FULL_LIMIT: Duration = Duration::from_secs(60);
 
@@ -44,7 +48,26 @@ pub(crate) struct SinkContext {
     first_failure: Mutex<Option<String>>,
 }
 
-impl ClientContext for SinkContext {}
+/// What librdkafka says while `init_transactions` waits for the broker to finish
+/// aborting the transaction an earlier holder of the transactional.id left open.
+const CONCURRENT_TRANSACTIONS: &str = "concurrent operation on the same transaction";
+
+impl ClientContext for SinkContext {
+    /// librdkafka logs at WARN each retry of `init_transactions` while the broker
+    /// still aborts what the fenced instance left open: the expected end of every
+    /// restart's fencing, said so at INFO; everything else as rdkafka logs it.
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        if message.contains(CONCURRENT_TRANSACTIONS) {
+            tracing::info!(
+                target: "librdkafka",
+                "the broker is still aborting the transaction an earlier instance of this job left open \
+                 (fencing it is part of every start); librdkafka retries until it is done: {facility} {message}"
+            );
+            return;
+        }
+        DefaultClientContext.log(level, facility, message);
+    }
+}
 
 impl ProducerContext for SinkContext {
     type DeliveryOpaque = ();
@@ -135,7 +158,7 @@ fn start_producer(config: &SinkConfig<'_>, transactional_id: &str, init: Option<
     let producer: ThreadedProducer<SinkContext> =
         client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating the producer", e))?;
     if let Some(doing) = init {
-        warm_up(producer.client(), config.topic);
+        warm_up(producer.client());
         producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka(doing, e))?;
     }
     Ok(producer)
@@ -145,8 +168,26 @@ fn start_producer(config: &SinkConfig<'_>, transactional_id: &str, init: Option<
 /// transaction coordinator only through a connected broker and, finding none, looks again
 /// 500 ms later, which every `init_transactions` of a new producer otherwise waited.
 /// A broker that does not answer is left for `init_transactions` to report.
-fn warm_up<C: ClientContext>(client: &rdkafka::client::Client<C>, topic: &str) {
-    let _ = client.fetch_metadata(Some(topic), WARM_UP_TIMEOUT);
+/// Asks for every topic's metadata, not the sink topic's: a producer's request for one
+/// topic lets the broker create it (`auto.create.topics.enable`), with one partition.
+fn warm_up<C: ClientContext>(client: &rdkafka::client::Client<C>) {
+    let _ = client.fetch_metadata(None, WARM_UP_TIMEOUT);
+}
+
+/// The sink topic and the dead-letter topic must exist before the first record: a
+/// produce to a missing topic has the broker create it silently with its default
+/// partition count, which scatters keyed output nobody asked for.
+fn check_topics_exist<C: ClientContext>(client: &rdkafka::client::Client<C>, config: &SinkConfig<'_>) -> Result<(), SinkError> {
+    let kafka = |source| SinkError::Kafka { topic: config.topic.to_string(), doing: "listing the brokers' topics", source };
+    let metadata = client.fetch_metadata(None, TOPICS_TIMEOUT).map_err(kafka)?;
+    let exists = |name: &str| metadata.topics().iter().any(|topic| topic.name() == name && topic.error().is_none());
+    let wanted = [("[sink] topic", Some(config.topic)), ("[sink] dead_letter_topic", config.dead_letter_topic)];
+    for (key, topic) in wanted {
+        if let Some(topic) = topic.filter(|topic| !exists(topic)) {
+            return Err(SinkError::MissingTopic { key, topic: topic.to_string(), brokers: config.brokers.to_string() });
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +198,12 @@ pub(crate) enum SinkError {
     StaleMember { source: KafkaError },
     #[error("this process is not a member of the job's consumer group any more: its partitions are others'")]
     NotMember,
+    #[error(
+        "{key} `{topic}` does not exist on {brokers}; weir does not let the broker create it with its default \
+         partition count: create it with the partitions you want (kafka-topics.sh --create --topic {topic} \
+         --partitions N), then start the job again"
+    )]
+    MissingTopic { key: &'static str, topic: String, brokers: String },
     #[error("Kafka sink for topic {topic}: {doing}: {source}")]
     Kafka { topic: String, doing: &'static str, source: KafkaError },
     #[error("{count} records could not be delivered to {topic} (first: {first})")]
@@ -172,6 +219,7 @@ impl From<SinkError> for TaskFailure {
         match error {
             SinkError::Fenced { .. } => TaskFailure::Fenced(error.to_string()),
             SinkError::StaleMember { .. } | SinkError::NotMember => TaskFailure::LeftGroup(error.to_string()),
+            SinkError::MissingTopic { .. } => TaskFailure::Incompatible(error.to_string()),
             other => TaskFailure::Sink(other.to_string()),
         }
     }
@@ -212,6 +260,7 @@ impl Sink {
     pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer, shard: Option<ShardSink>) -> Result<Sink, SinkError> {
         let init = (config.delivery == Delivery::ExactlyOnce).then_some("init_transactions");
         let producer = start_producer(config, config.transactional_id, init)?;
+        check_topics_exist(producer.client(), config)?;
         let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
         let group = offsets.group_metadata().ok_or_else(|| {
             kafka("reading the consumer group metadata", KafkaError::Subscription("no group".into()))

@@ -10,7 +10,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{Event, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
+use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
 use crate::metrics::Metrics;
 
 pub mod config;
@@ -31,6 +31,8 @@ const POLL_WAIT: Duration = Duration::from_millis(20);
 const TICK: Duration = Duration::from_secs(1);
 /// How long the broker may take to confirm that a quiet partition has nothing to read.
 const DRAINED_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long the broker may take to say where a partition ends when it is assigned.
+const LAG_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Orders from the coordinator, checked between batches.
 pub(crate) enum Control {
@@ -51,6 +53,10 @@ pub(crate) struct SourceTask {
     /// In a process of a scaled-out job, the partitions it owns: a keyed record must be
     /// in a key group of the partition it was read from.
     pub(crate) shard: Option<Shard>,
+    /// With a dead-letter topic, the name of the keyed operator whose state a record
+    /// that is not co-partitioned would split: such a record goes there instead of
+    /// stopping the job.
+    pub(crate) dead_letters: Option<String>,
     pub(crate) control: Receiver<Control>,
     pub(crate) events: Sender<Event>,
     pub(crate) metrics: Metrics,
@@ -71,7 +77,22 @@ impl SourceTask {
         self.fetcher
             .consumer()
             .assign(&assignment)
-            .map_err(|e| self.kafka_failure("assigning partitions", e))
+            .map_err(|e| self.kafka_failure("assigning partitions", e))?;
+        self.start_lag();
+        Ok(())
+    }
+
+    /// A lag series exists from the moment a partition is assigned, measured against
+    /// the broker's high watermark; the once-a-second refresh keeps it from then on.
+    /// A broker that does not answer in time leaves the series at its last value.
+    fn start_lag(&self) {
+        for state in self.partitions.values() {
+            let lag = self.metrics.consumer_lag(&self.topic, state.partition);
+            match self.fetcher.consumer().fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
+                Ok((_, high)) => lag.set((high - state.next_offset).max(0)),
+                Err(error) => tracing::debug!(topic = %self.topic, partition = state.partition, "lag unknown until the next refresh: {error}"),
+            }
+        }
     }
 
     pub(crate) fn run(mut self) -> Result<(), TaskFailure> {
@@ -245,9 +266,9 @@ impl SourceTask {
         }
     }
 
-    fn send_records(&self, records: Records) -> Result<(), TaskFailure> {
+    fn send_records(&self, mut records: Records) -> Result<(), TaskFailure> {
         if let (Some(groups), Some(shard)) = (self.key_by, &self.shard) {
-            self.check_co_partitioned(groups, shard, &records)?;
+            records = self.keep_co_partitioned(groups, shard, records)?;
         }
         let groups = match self.key_by {
             Some(groups) if self.outputs.len() > 1 => groups,
@@ -268,19 +289,45 @@ impl SourceTask {
 
     /// Scaled out, each process keeps the state of the key groups its partitions carry:
     /// a record whose key group another partition carries would split a key's state
-    /// between processes.
-    fn check_co_partitioned(&self, groups: KeyGroups, shard: &Shard, records: &Records) -> Result<(), TaskFailure> {
-        for (record, origin) in records.batch.iter().zip(&records.origins) {
-            let group = groups.group_of(record.key);
-            if shard.partition_of(group) != origin.partition {
-                let mut why = shard.not_co_partitioned(&self.topic, group, Some(origin.partition));
-                if record.key.is_none() {
-                    why.insert_str(0, "a record without a key (keyed operators count it under the empty key) breaks co-partitioning: ");
-                }
-                return Err(TaskFailure::Incompatible(why));
+    /// between processes. It is a bad input record: dead-lettered with the reason when
+    /// the job has a dead-letter topic, else the job stops naming it.
+    fn keep_co_partitioned(&self, groups: KeyGroups, shard: &Shard, records: Records) -> Result<Records, TaskFailure> {
+        let stray = |index: usize| shard.partition_of(groups.group_of(records.batch.get(index).key)) != records.origins[index].partition;
+        let Some(first) = (0..records.batch.len()).find(|&index| stray(index)) else {
+            return Ok(records);
+        };
+        let Some(operator) = &self.dead_letters else {
+            return Err(TaskFailure::Incompatible(self.not_co_partitioned(groups, shard, &records, first)));
+        };
+        let mut kept = Records::default();
+        for index in 0..records.batch.len() {
+            if !stray(index) {
+                kept.push_from(&records, index);
+                continue;
             }
+            let mut one = Records::default();
+            one.push_from(&records, index);
+            let error = self.not_co_partitioned(groups, shard, &records, index);
+            let origin = records.origins[index];
+            tracing::warn!(
+                topic = %self.topic, partition = origin.partition, offset = origin.offset,
+                "record not co-partitioned by key; sending it to the dead-letter topic"
+            );
+            self.metrics.dead_letter_records().inc();
+            let letter = DeadLetter { records: one, operator: operator.clone(), error };
+            self.send(self.index % self.outputs.len(), Message::DeadLetter(letter))?;
         }
-        Ok(())
+        Ok(kept)
+    }
+
+    fn not_co_partitioned(&self, groups: KeyGroups, shard: &Shard, records: &Records, index: usize) -> String {
+        let key = records.batch.get(index).key;
+        let origin = records.origins[index];
+        let mut why = shard.not_co_partitioned(&self.topic, groups.group_of(key), Some(origin.partition));
+        if key.is_none() {
+            why.insert_str(0, "a record without a key (keyed operators count it under the empty key) breaks co-partitioning: ");
+        }
+        why
     }
 
     fn barrier(&self, n: u64) -> Result<(), TaskFailure> {

@@ -1,0 +1,87 @@
+//! A job's `state_dir` and the checkpoint store in it, for the life of the process. The
+//! processes of a scaled-out job on one host share a state_dir: each claims the first
+//! `process-<i>` slot no live process holds. A store that failed, or whose directory
+//! was deleted under the running process, is opened anew; a vanished directory comes
+//! back empty, and recovery rebuilds it from the changelog as on a new machine.
+
+use std::fs::{File, TryLockError};
+use std::path::{Path, PathBuf};
+
+use super::store::{CheckpointStore, StoreError};
+
+/// How many processes of a scaled-out job may share one state_dir.
+pub const MAX_PROCESSES_PER_STATE_DIR: u32 = 256;
+
+/// The directory this process keeps its checkpoint store in, and how to open it again.
+pub struct StateDir {
+    job: String,
+    /// The store's directory: the state_dir, or this process's slot of it.
+    store_dir: PathBuf,
+    /// A scaled-out process's slot lock file, held while the process lives.
+    slot_lock: Option<(PathBuf, File)>,
+}
+
+impl StateDir {
+    /// Claims `state_dir` for job `job` (with `shared`, its first free slot) and opens
+    /// the store in it.
+    pub fn claim(state_dir: &Path, job: &str, shared: bool) -> Result<(StateDir, CheckpointStore), StoreError> {
+        if !shared {
+            let claimed = StateDir { job: job.to_owned(), store_dir: state_dir.to_owned(), slot_lock: None };
+            let store = CheckpointStore::open(state_dir, job)?;
+            return Ok((claimed, store));
+        }
+        create_dir(state_dir)?;
+        for slot in 0..MAX_PROCESSES_PER_STATE_DIR {
+            // The slot's lock file comes first: RocksDB's own lock cannot tell a store
+            // another process is creating from a damaged one.
+            let lock_path = state_dir.join(format!("process-{slot}.lock"));
+            let Some(lock) = try_lock(&lock_path)? else { continue };
+            let store_dir = state_dir.join(format!("process-{slot}"));
+            match CheckpointStore::open(&store_dir, job) {
+                Err(StoreError::Locked { .. }) => continue,
+                opened => {
+                    let claimed = StateDir { job: job.to_owned(), store_dir, slot_lock: Some((lock_path, lock)) };
+                    return Ok((claimed, opened?));
+                }
+            }
+        }
+        Err(StoreError::Crowded { dir: state_dir.to_owned(), job: job.to_owned(), max: MAX_PROCESSES_PER_STATE_DIR })
+    }
+
+    /// Opens the store again, after the last handle to it was dropped. A directory that
+    /// vanished is created anew (and a slot's lock file with it), empty.
+    pub fn reopen(&mut self) -> Result<CheckpointStore, StoreError> {
+        if let Some((lock_path, lock)) = &mut self.slot_lock
+            && !lock_path.exists()
+        {
+            if let Some(parent) = lock_path.parent() {
+                create_dir(parent)?;
+            }
+            *lock = try_lock(lock_path)?.ok_or_else(|| StoreError::Locked {
+                dir: self.store_dir.clone(),
+                detail: format!("{} was deleted and another process locked it anew", lock_path.display()),
+            })?;
+        }
+        CheckpointStore::open(&self.store_dir, &self.job)
+    }
+
+    /// The store's directory.
+    pub fn store_dir(&self) -> &Path {
+        &self.store_dir
+    }
+}
+
+fn create_dir(dir: &Path) -> Result<(), StoreError> {
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { dir: dir.to_owned(), source })
+}
+
+/// The lock file at `path`, locked; `None` when a live process holds it.
+fn try_lock(path: &Path) -> Result<Option<File>, StoreError> {
+    let failed = |source| StoreError::CreateDir { dir: path.to_owned(), source };
+    let lock = File::create(path).map_err(failed)?;
+    match lock.try_lock() {
+        Ok(()) => Ok(Some(lock)),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(failed(e)),
+    }
+}
