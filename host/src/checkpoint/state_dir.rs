@@ -6,6 +6,7 @@
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::store::{CheckpointStore, StoreError};
 
@@ -49,8 +50,10 @@ impl StateDir {
     }
 
     /// Opens the store again, after the last handle to it was dropped. A directory that
-    /// vanished is created anew (and a slot's lock file with it), empty.
+    /// vanished is created anew (and a slot's lock file with it), empty; one still being
+    /// deleted (files left, the store's CURRENT gone) is given a moment to go.
     pub fn reopen(&mut self) -> Result<CheckpointStore, StoreError> {
+        wait_while_deleted(&self.store_dir);
         if let Some((lock_path, lock)) = &mut self.slot_lock
             && !lock_path.exists()
         {
@@ -68,6 +71,19 @@ impl StateDir {
     /// The store's directory.
     pub fn store_dir(&self) -> &Path {
         &self.store_dir
+    }
+}
+
+/// How long a directory whose deletion is under way may take to go.
+const DELETION_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits (at most `DELETION_WAIT`) while `dir` holds files but no store: what a
+/// deletion still running leaves. What is left then, `CheckpointStore::open` judges.
+fn wait_while_deleted(dir: &Path) {
+    let deadline = Instant::now() + DELETION_WAIT;
+    let half_gone = || !dir.join("CURRENT").exists() && std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    while half_gone() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
