@@ -5,7 +5,7 @@
 use crate::operator_common as common;
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use common::{cache_dir, plugin_path, scratch_file};
 
@@ -324,14 +324,20 @@ fn a_log_flood_is_cut_rate_limited_and_summarised() {
 /// in 10 s and panicked, and `endless` 4.7 GiB in 100 s without an error.
 const CHECK_RSS_BYTES: u64 = 256 << 20;
 
-/// How `weir check` ended, what it wrote to stderr, and its peak resident memory,
-/// which the kernel reports when the process is reaped. Killed after two minutes.
+/// How `weir check` ended, what it wrote to stderr, and its peak resident memory as GNU
+/// time reports it. Not from this test's own `wait4`: the kernel carries the high-water
+/// mark of the spawning process across `exec`, so a check spawned by the busy test binary
+/// read 280 MiB where it used 35. Killed, with its process group, after two minutes.
 fn check_measured(plugin: &Path, args: &[&str]) -> (Option<i32>, String, u64) {
+    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().expect("a scratch dir");
     let stderr_path = dir.path().join("stderr");
+    let peak_path = dir.path().join("peak-kib");
     let stderr = std::fs::File::create(&stderr_path).expect("a stderr file");
-    #[expect(clippy::zombie_processes, reason = "reaped by wait4 below, which reports its peak memory")]
-    let mut child = crate::support::job::weir()
+    let mut child = Command::new("/usr/bin/time")
+        .args(["--quiet", "--format", "%M", "--output"])
+        .arg(&peak_path)
+        .arg(crate::support::job::binary())
         .arg("check")
         .arg(plugin)
         .args(args)
@@ -339,29 +345,26 @@ fn check_measured(plugin: &Path, args: &[&str]) -> (Option<i32>, String, u64) {
         .env("RUST_LOG", "error")
         .stdout(std::process::Stdio::null())
         .stderr(stderr)
+        .process_group(0)
         .spawn()
-        .expect("run weir check");
-    let pid = child.id() as libc::pid_t;
+        .expect("run weir check under /usr/bin/time (scripts/setup installs Debian's `time`)");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let mut status = 0;
-    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: `status` and `usage` are valid for writes; `pid` is our unreaped child.
-        let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        assert!(reaped >= 0, "wait4: {}", std::io::Error::last_os_error());
-        if reaped == pid {
-            break;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for weir check") {
+            break status;
         }
         if std::time::Instant::now() > deadline {
-            let _ = child.kill();
+            // SAFETY: kill(2) on the process group this test started.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = child.wait();
             panic!("weir check {} {args:?} ran for over two minutes", plugin.display());
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    };
     let text = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    (code, text, usage.ru_maxrss as u64 * 1024)
+    let peak = std::fs::read_to_string(&peak_path).unwrap_or_default();
+    let kib: u64 = peak.trim().parse().unwrap_or_else(|_| panic!("/usr/bin/time wrote no peak memory: {peak:?}"));
+    (status.code(), text, kib * 1024)
 }
 
 #[test]
