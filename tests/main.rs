@@ -21,6 +21,7 @@ mod engine_scale_out;
 mod job_file;
 mod operator_c_go;
 mod operator_cli;
+mod operator_dedup;
 mod operator_faults;
 mod operator_languages;
 mod operator_load;

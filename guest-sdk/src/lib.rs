@@ -6,8 +6,10 @@
 //! batch, output goes through an [`Emitter`], and the operator's [`Operator::State`]
 //! is keyed: a checkpoint takes only the keys it changed, each entry encoded through
 //! serde with a format version ([`state`]). [`window`] has keyed event-time windows
-//! (tumbling, sliding, session) fired by watermarks; [`state::Keyed`] is a per-key
-//! map for everything else.
+//! (tumbling, sliding, session) fired by watermarks; [`state::Keyed`] keeps a value
+//! per key, [`state::KeyedMap`] a map per key checkpointed entry by entry, and
+//! [`state::Timers`] per-key event-time timers that fire through
+//! [`Operator::on_timer`]; a tuple of states is a state.
 //!
 //! The glue to the component model is compiled only for `wasm32`; natively the same
 //! operator runs through a [`Runner`], which is how tests and benchmarks call it.

@@ -17,7 +17,8 @@ pub type EntryOf<O> = <<O as Operator>::State as KeyedState>::Entry;
 ///
 /// The host calls [`init`](Operator::init) once per instance, then
 /// [`process`](Operator::process) for each batch and
-/// [`on_watermark`](Operator::on_watermark) as event time advances. At a checkpoint
+/// [`on_watermark`](Operator::on_watermark) as event time advances (after
+/// [`on_timer`](Operator::on_timer) for each timer it fires). At a checkpoint
 /// the SDK hands the host the keys whose state changed; after a failure the host
 /// restores the last committed state into a freshly initialised instance, each
 /// subtask the keys it owns. Keep every piece of data that affects future output in
@@ -30,7 +31,9 @@ pub type EntryOf<O> = <<O as Operator>::State as KeyedState>::Entry;
 pub trait Operator: Sized + 'static {
     /// Everything that must survive a restart, per key: a window helper
     /// ([`TumblingWindows`](crate::window::TumblingWindows) and the others), a
-    /// [`Keyed`](crate::state::Keyed) map, or `()` for a stateless operator.
+    /// [`Keyed`](crate::state::Keyed) value, a [`KeyedMap`](crate::state::KeyedMap),
+    /// [`Timers`](crate::state::Timers), a tuple of these, or `()` for a stateless
+    /// operator.
     type State: KeyedState;
 
     /// The version of the serialized shape of one key's state. Bump it when the shape
@@ -61,9 +64,38 @@ pub trait Operator: Sized + 'static {
         Ok(())
     }
 
-    /// Checks the restored state (once every entry is in) against this instance's
-    /// configuration. Accepts everything by default; the window helpers already
-    /// refuse entries of another window size or gap.
+    /// A timer of the state's [`Timers`](crate::state::Timers) fired: the watermark
+    /// reached `time`, and the timer registered for `key` at `time` is gone. Called
+    /// before [`on_watermark`](Operator::on_watermark), in order of time, then key
+    /// bytes; it may register timers (those due already fire at the next watermark).
+    /// Refuses by default: an operator that registers timers implements it.
+    fn on_timer(
+        &mut self,
+        state: &mut Self::State,
+        key: &[u8],
+        time: i64,
+        out: &mut Emitter,
+    ) -> Result<(), Error> {
+        let _ = (state, out);
+        Err(Error::new(format!(
+            "a timer of key b\"{}\" at {time} fired, but this operator does not implement \
+             Operator::on_timer; implement it, or register no timers",
+            key.escape_ascii()
+        )))
+    }
+
+    /// Ends a restore, once every entry is in: the instance had reached event time
+    /// `watermark` when the checkpoint was taken. Rebuild here what `self` derives
+    /// from the state (an index, a cache), and refuse a state that does not fit the
+    /// configuration. By default it calls [`check_restored`](Operator::check_restored).
+    fn restored(&mut self, state: &mut Self::State, watermark: i64) -> Result<(), Error> {
+        let _ = watermark;
+        self.check_restored(state)
+    }
+
+    /// Checks the restored state against this instance's configuration, from the
+    /// default [`restored`](Operator::restored). Accepts everything by default; the
+    /// window helpers already refuse entries of another window size or gap.
     fn check_restored(&self, state: &Self::State) -> Result<(), Error> {
         let _ = state;
         Ok(())

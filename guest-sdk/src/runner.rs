@@ -88,12 +88,36 @@ impl<O: Operator> Runner<O> {
         Ok(self.finish(out))
     }
 
-    /// `on-watermark`: advances event time and returns what it completes.
+    /// `on-watermark`: advances event time and returns what it completes, firing the
+    /// state's timers due at `watermark` first (see [`Operator::on_timer`]).
     pub fn on_watermark(&mut self, watermark: i64) -> Result<Batch, Error> {
         let mut out = self.emitter();
+        self.fire_timers(watermark, &mut out)?;
         self.operator
             .on_watermark(&mut self.state, watermark, &mut out)?;
         Ok(self.finish(out))
+    }
+
+    /// Calls `on_timer` for every timer at or before `watermark` registered before
+    /// this call, by time then key; those it registers wait for the next watermark.
+    fn fire_timers(&mut self, watermark: i64, out: &mut Emitter) -> Result<(), Error> {
+        let Some(timers) = self.state.timers() else {
+            return Ok(());
+        };
+        timers.begin_firing();
+        let fired = loop {
+            let Some((time, key)) = self.state.timers().and_then(|t| t.pop_due(watermark)) else {
+                break Ok(());
+            };
+            if let Err(error) = self.operator.on_timer(&mut self.state, &key, time, out) {
+                let context = format!("the timer of key b\"{}\" at {time}", key.escape_ascii());
+                break Err(error.context(context));
+            }
+        };
+        if let Some(timers) = self.state.timers() {
+            timers.end_firing();
+        }
+        fired
     }
 
     /// `snapshot`: the next chunk of the keys changed since the previous round, within
@@ -127,18 +151,16 @@ impl<O: Operator> Runner<O> {
                 O::upgrade_state(entry.version, entry.body)
             };
             let state = state.map_err(|e| e.context(context()))?;
-            self.state
-                .restore_entry(key, state)
-                .map_err(|e| e.context(context()))?;
+            crate::state::restore(&mut self.state, key, state).map_err(|e| e.context(context()))?;
         }
         Ok(())
     }
 
-    /// `restored`: ends a restore at event time `watermark` and checks the state
-    /// against the configuration.
+    /// `restored`: ends a restore at event time `watermark`, then calls
+    /// [`Operator::restored`].
     pub fn restored(&mut self, watermark: i64) -> Result<(), Error> {
         self.state.restored(watermark)?;
-        self.operator.check_restored(&self.state)
+        self.operator.restored(&mut self.state, watermark)
     }
 
     /// One whole snapshot round in one chunk: the keys changed since the last round.

@@ -26,8 +26,25 @@ pub fn encode_into<S: Serialize + ?Sized>(
     version: u16,
     out: &mut Vec<u8>,
 ) -> Result<(), Error> {
+    encode_tagged_into(state, version, &[], out)
+}
+
+/// Appends `state` as an entry of state version `version` whose body is `state` as the
+/// variant `tags` (outermost first; each below 128) of nested enums would encode it:
+/// postcard writes an enum's variant index as a varint before its contents.
+pub(crate) fn encode_tagged_into<S: Serialize + ?Sized>(
+    state: &S,
+    version: u16,
+    tags: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
     out.push(ENCODING_POSTCARD);
     out.extend_from_slice(&version.to_le_bytes());
+    debug_assert!(
+        tags.iter().all(|&tag| tag < 0x80),
+        "one varint byte per tag"
+    );
+    out.extend_from_slice(tags);
     let buffer = std::mem::take(out);
     *out = postcard::to_extend(state, buffer)
         .map_err(|e| Error::new(format!("state: an entry does not encode: {e}")))?;

@@ -1,11 +1,19 @@
 //! Keyed, incremental state: what an [`Operator::State`](crate::Operator::State) is.
 //!
-//! A checkpoint stores each key's state as one entry and only the keys changed since
-//! the previous checkpoint are handed over, so a checkpoint costs the change, not the
-//! state held. The state key is the record's routing key (the empty key for a record
-//! without one): the host keeps an entry in the key's key group, so it follows its key
-//! when the job runs with another parallelism. The window helpers and [`Keyed`] track
-//! the keys they change; an operator author writes no state code.
+//! A checkpoint stores state as entries and only the entries changed since the previous
+//! checkpoint are handed over, so a checkpoint costs the change, not the state held.
+//! Every entry belongs to a record's routing key (the empty key for a record without
+//! one): the host keeps it in the key's key group, so it follows its key when the job
+//! runs with another parallelism. [`Keyed`] and the window helpers keep one entry per
+//! key; [`KeyedMap`] and [`Timers`] one per map entry or timer, under a state key that
+//! hashes as the routing key does; a tuple of states is a state. Each tracks what it
+//! changes: an operator author writes no state code.
+
+mod keyed;
+mod map;
+mod subkey;
+mod timers;
+mod tuple;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -13,6 +21,15 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::packed::StateChunk;
 use crate::snapshot;
+
+pub use keyed::Keyed;
+pub use map::KeyedMap;
+pub use timers::Timers;
+pub use tuple::{Part2, Part3};
+
+/// Values per key, hashed with a fixed seed: the same state behaves the same in every
+/// instance, and no entropy is asked of the host.
+type KeyMap<V> = hashbrown::HashMap<Box<[u8]>, V, foldhash::fast::FixedState>;
 
 /// Whether a snapshot round has handed over every change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,21 +41,46 @@ pub enum Drained {
 }
 
 /// State kept per key and checkpointed incrementally.
+///
+/// A state keeps either one entry per key ([`Changes::put`], restored through
+/// [`restore_entry`](KeyedState::restore_entry)) or entries under a key
+/// ([`Changes::put_under`], restored through
+/// [`restore_under`](KeyedState::restore_under), with [`SUB_KEYS`](KeyedState::SUB_KEYS)
+/// set), never both.
 pub trait KeyedState: Sized + 'static {
-    /// One key's whole state as a checkpoint stores it.
+    /// One entry as a checkpoint stores it: a key's whole state, or one entry under it.
     type Entry: Serialize + DeserializeOwned;
+
+    /// True for a state that keeps its entries under keys ([`Changes::put_under`]):
+    /// each is then restored through [`restore_under`](KeyedState::restore_under).
+    const SUB_KEYS: bool = false;
 
     /// Hands over the keys changed since the previous round, each once: its entry as
     /// it is now, or its removal. Stops at the first entry [`Changes`] refuses (the
     /// chunk is full) and returns [`Drained::More`]; the next call, with no other call
-    /// in between, continues the same round from that entry. After [`Drained::All`] no key counts as changed. Each call's work
-    /// follows the bytes it hands over, so a round of millions of keys never holds
-    /// one call past its deadline.
+    /// in between, continues the same round from that entry. After [`Drained::All`] no
+    /// key counts as changed, and a round begun with nothing changed hands over
+    /// nothing. Each call's work follows the bytes it hands over, so a round of
+    /// millions of keys never holds one call past its deadline.
     fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error>;
 
     /// Adds the checkpointed `entry` of `key`, which this state does not hold yet.
     /// Restored entries are not changes.
     fn restore_entry(&mut self, key: &[u8], entry: Self::Entry) -> Result<(), Error>;
+
+    /// Adds the checkpointed `entry` that [`Changes::put_under`] stored under `key` and
+    /// `sub`. By default, only an entry of the key itself (`sub` empty), through
+    /// [`restore_entry`](KeyedState::restore_entry).
+    fn restore_under(&mut self, key: &[u8], sub: &[u8], entry: Self::Entry) -> Result<(), Error> {
+        if !sub.is_empty() {
+            return Err(Error::new(format!(
+                "the checkpoint holds an entry under key b\"{}\", but this state keeps one entry \
+                 per key; restore only state written by this plugin",
+                key.escape_ascii()
+            )));
+        }
+        self.restore_entry(key, entry)
+    }
 
     /// Ends a restore: the instance had reached event time `watermark` when the
     /// checkpoint was taken, so every window ending at or before it has fired.
@@ -46,6 +88,26 @@ pub trait KeyedState: Sized + 'static {
         let _ = watermark;
         Ok(())
     }
+
+    /// The timers this state holds, which the [`Runner`](crate::Runner) fires through
+    /// [`Operator::on_timer`](crate::Operator::on_timer); none by default.
+    fn timers(&mut self) -> Option<&mut Timers> {
+        None
+    }
+}
+
+/// Restores one checkpointed entry of state key `key` into `state`, under its routing
+/// key if the state keeps entries under keys.
+pub(crate) fn restore<S: KeyedState>(
+    state: &mut S,
+    key: &[u8],
+    entry: S::Entry,
+) -> Result<(), Error> {
+    if S::SUB_KEYS {
+        let (key, sub) = subkey::split(key)?;
+        return state.restore_under(key, sub, entry);
+    }
+    state.restore_entry(key, entry)
 }
 
 /// One chunk of a snapshot round's changes, encoded as versioned entries as they come.
@@ -54,7 +116,13 @@ pub struct Changes {
     version: u16,
     max_bytes: usize,
     chunk: StateChunk,
+    /// The entry being encoded.
     scratch: Vec<u8>,
+    /// The state key being derived.
+    key: Vec<u8>,
+    /// The part indexes of the tuples being drained, outermost first: they lead every
+    /// state key's path and every entry's body (as the variants of `Part2`/`Part3`).
+    scope: Vec<u8>,
 }
 
 impl Changes {
@@ -70,26 +138,79 @@ impl Changes {
     /// [`KeyedState::Entry`] does (a borrowed form of it, say). `false`: it does not
     /// fit in this chunk (the chunk's first entry always does); hand it over next call.
     pub fn put<E: Serialize + ?Sized>(&mut self, key: &[u8], entry: &E) -> Result<bool, Error> {
-        self.scratch.clear();
-        snapshot::encode_into(entry, self.version, &mut self.scratch)?;
-        if !self.fits(key.len() + self.scratch.len()) {
-            return Ok(false);
-        }
-        self.chunk.push(key, Some(&self.scratch));
-        Ok(true)
+        self.put_at(key, None, entry)
     }
 
     /// `key` holds no state any more. `false`: it does not fit in this chunk.
     pub fn remove(&mut self, key: &[u8]) -> bool {
-        if !self.fits(key.len()) {
+        self.remove_at(key, None)
+    }
+
+    /// The entry under `key` and `sub` (e.g. a map's encoded entry key) is now `entry`:
+    /// one state entry of its own, in `key`'s key group, restored through
+    /// [`KeyedState::restore_under`]. `false`: it does not fit in this chunk.
+    pub fn put_under<E: Serialize + ?Sized>(
+        &mut self,
+        key: &[u8],
+        sub: &[u8],
+        entry: &E,
+    ) -> Result<bool, Error> {
+        self.put_at(key, Some(sub), entry)
+    }
+
+    /// The entry under `key` and `sub` is gone. `false`: it does not fit in this chunk.
+    pub fn remove_under(&mut self, key: &[u8], sub: &[u8]) -> bool {
+        self.remove_at(key, Some(sub))
+    }
+
+    fn put_at<E: Serialize + ?Sized>(
+        &mut self,
+        key: &[u8],
+        sub: Option<&[u8]>,
+        entry: &E,
+    ) -> Result<bool, Error> {
+        self.scratch.clear();
+        snapshot::encode_tagged_into(entry, self.version, &self.scope, &mut self.scratch)?;
+        let derived = self.derive(key, sub);
+        let state_key = if derived { &self.key[..] } else { key };
+        if !fits(
+            &self.chunk,
+            self.max_bytes,
+            state_key.len() + self.scratch.len(),
+        ) {
+            return Ok(false);
+        }
+        self.chunk.push(state_key, Some(&self.scratch));
+        Ok(true)
+    }
+
+    fn remove_at(&mut self, key: &[u8], sub: Option<&[u8]>) -> bool {
+        let derived = self.derive(key, sub);
+        let state_key = if derived { &self.key[..] } else { key };
+        if !fits(&self.chunk, self.max_bytes, state_key.len()) {
             return false;
         }
-        self.chunk.push(key, None);
+        self.chunk.push(state_key, None);
         true
     }
 
-    fn fits(&self, bytes: usize) -> bool {
-        self.chunk.is_empty() || self.chunk.data.len() + bytes <= self.max_bytes
+    /// Derives the state key of `key` and `sub` into `self.key` unless it is `key`
+    /// itself (no tuple, no sub-key); returns whether it did.
+    fn derive(&mut self, key: &[u8], sub: Option<&[u8]>) -> bool {
+        if self.scope.is_empty() && sub.is_none() {
+            return false;
+        }
+        subkey::derive(&mut self.key, key, &[&self.scope, sub.unwrap_or_default()]);
+        true
+    }
+
+    /// Drains part `index` of a tuple next.
+    pub(crate) fn enter(&mut self, index: u8) {
+        self.scope.push(index);
+    }
+
+    pub(crate) fn leave(&mut self) {
+        self.scope.pop();
     }
 
     pub(crate) fn into_chunk(self) -> StateChunk {
@@ -97,10 +218,14 @@ impl Changes {
     }
 }
 
+fn fits(chunk: &StateChunk, max_bytes: usize, bytes: usize) -> bool {
+    chunk.is_empty() || chunk.data.len() + bytes <= max_bytes
+}
+
 /// The keys of one snapshot round, each once, and how far the round got.
-#[derive(Debug, Default)]
-pub(crate) struct Round {
-    keys: Vec<Box<[u8]>>,
+#[derive(Debug)]
+pub(crate) struct Round<T = Box<[u8]>> {
+    keys: Vec<T>,
     next: usize,
 }
 
@@ -116,10 +241,14 @@ impl Round {
                 unique.push(key);
             }
         }
-        Self {
-            keys: unique,
-            next: 0,
-        }
+        Round::distinct(unique)
+    }
+}
+
+impl<T> Round<T> {
+    /// A round over `keys`, which are distinct already.
+    pub(crate) fn distinct(keys: Vec<T>) -> Self {
+        Self { keys, next: 0 }
     }
 
     /// Hands the round's keys, from where it stopped, to `hand_over`, which returns
@@ -127,7 +256,7 @@ impl Round {
     /// ([`Drained::More`]) and the next call starts with that key.
     pub(crate) fn hand_over(
         &mut self,
-        mut hand_over: impl FnMut(&[u8]) -> Result<bool, Error>,
+        mut hand_over: impl FnMut(&T) -> Result<bool, Error>,
     ) -> Result<Drained, Error> {
         while let Some(key) = self.keys.get(self.next) {
             if !hand_over(key)? {
@@ -153,151 +282,6 @@ impl KeyedState for () {
              written by this plugin",
             key.escape_ascii()
         )))
-    }
-}
-
-type KeyMap<V> = hashbrown::HashMap<Box<[u8]>, V, foldhash::fast::FixedState>;
-
-/// A value of type `S` per key, tracking the keys it changes: the state of an operator
-/// that keeps something per key outside windows (a running total, the last value seen).
-///
-/// Reading through [`get`](Keyed::get) changes nothing; every other access to a key
-/// counts as a change, whether or not the value differs afterwards.
-///
-/// ```
-/// use weir_guest::state::Keyed;
-///
-/// let mut totals = Keyed::<u64>::default();
-/// *totals.entry(b"a") += 2;
-/// *totals.entry(b"a") += 3;
-/// assert_eq!(totals.get(b"a"), Some(&5));
-/// assert_eq!(totals.remove(b"a"), Some(5));
-/// assert!(totals.is_empty());
-/// ```
-#[derive(Debug)]
-pub struct Keyed<S> {
-    values: KeyMap<Value<S>>,
-    /// Keys changed since the last snapshot round; removed ones included, so a key
-    /// may appear twice.
-    changed: Vec<Box<[u8]>>,
-    /// The round being handed over.
-    round: Option<Round>,
-}
-
-#[derive(Debug)]
-struct Value<S> {
-    value: S,
-    changed: bool,
-}
-
-impl<S> Default for Keyed<S> {
-    fn default() -> Self {
-        Self {
-            values: KeyMap::default(),
-            changed: Vec::new(),
-            round: None,
-        }
-    }
-}
-
-impl<S> Keyed<S> {
-    /// `key`'s value, if it has one.
-    pub fn get(&self, key: &[u8]) -> Option<&S> {
-        self.values.get(key).map(|v| &v.value)
-    }
-
-    /// `key`'s value for changing, if it has one.
-    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut S> {
-        let value = self.values.get_mut(key)?;
-        if !value.changed {
-            value.changed = true;
-            self.changed.push(key.into());
-        }
-        Some(&mut value.value)
-    }
-
-    /// `key`'s value for changing, `S::default()` if it had none.
-    pub fn entry(&mut self, key: &[u8]) -> &mut S
-    where
-        S: Default,
-    {
-        if !self.values.contains_key(key) {
-            self.insert(key, S::default());
-        }
-        self.get_mut(key).expect("the key was just inserted")
-    }
-
-    /// Sets `key`'s value and returns the one it replaces.
-    pub fn insert(&mut self, key: &[u8], value: S) -> Option<S> {
-        let old = self.values.insert(
-            key.into(),
-            Value {
-                value,
-                changed: true,
-            },
-        );
-        if !old.as_ref().is_some_and(|old| old.changed) {
-            self.changed.push(key.into());
-        }
-        old.map(|old| old.value)
-    }
-
-    /// Removes `key`'s value and returns it.
-    pub fn remove(&mut self, key: &[u8]) -> Option<S> {
-        let old = self.values.remove(key)?;
-        if !old.changed {
-            self.changed.push(key.into());
-        }
-        Some(old.value)
-    }
-
-    /// The number of keys with a value.
-    pub fn len(&self) -> usize {
-        self.values.len()
-    }
-
-    /// True when no key has a value.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
-    /// Every key with its value, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &S)> {
-        self.values.iter().map(|(key, v)| (&key[..], &v.value))
-    }
-}
-
-impl<S: Serialize + DeserializeOwned + 'static> KeyedState for Keyed<S> {
-    type Entry = S;
-
-    fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error> {
-        let mut round = match self.round.take() {
-            Some(round) => round,
-            None => Round::new(std::mem::take(&mut self.changed)),
-        };
-        let drained = round.hand_over(|key| match self.values.get_mut(key) {
-            Some(value) => {
-                let taken = changes.put(key, &value.value)?;
-                value.changed &= !taken;
-                Ok(taken)
-            }
-            None => Ok(changes.remove(key)),
-        })?;
-        if drained == Drained::More {
-            self.round = Some(round);
-        }
-        Ok(drained)
-    }
-
-    fn restore_entry(&mut self, key: &[u8], entry: S) -> Result<(), Error> {
-        let value = Value {
-            value: entry,
-            changed: false,
-        };
-        if self.values.insert(key.into(), value).is_some() {
-            return Err(duplicate(key));
-        }
-        Ok(())
     }
 }
 
@@ -350,3 +334,6 @@ impl StateImage {
         chunks
     }
 }
+
+#[cfg(test)]
+mod tests;
