@@ -23,6 +23,7 @@ mod operator_c_go;
 mod operator_cli;
 mod operator_dedup;
 mod operator_faults;
+mod operator_js_sdk;
 mod operator_languages;
 mod operator_load;
 mod operator_py_total;

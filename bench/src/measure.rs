@@ -117,8 +117,8 @@ fn assign_all(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::
     consumer.assign(&list).with_context(|| format!("assigning {topic}"))
 }
 
-/// Until the whole output is visible: `expected` records counted (window-count) or the
-/// system's committed offsets at the input's end (copy).
+/// Until the whole output is visible: `expected` records counted (window-count, a running
+/// total) or the system's committed offsets at the input's end (copy).
 fn wait_complete(
     spec: &Spec<'_>,
     watcher: &BaseConsumer,
@@ -131,7 +131,7 @@ fn wait_complete(
     let mut errors = 0u32;
     let group = match spec.kind {
         Kind::Copy => Some(topics::consumer(spec.brokers, spec.group)?),
-        Kind::WindowCount => None,
+        Kind::WindowCount | Kind::RunningTotal => None,
     };
     loop {
         if started.elapsed() > spec.timeout {
@@ -141,7 +141,7 @@ fn wait_complete(
             bail!("{} exited early ({status}); see {}", spec.system, spec.log.display());
         }
         match spec.kind {
-            Kind::WindowCount => {
+            Kind::WindowCount | Kind::RunningTotal => {
                 if let Some(message) = watcher.poll(Duration::from_millis(50)) {
                     match message {
                         Ok(_) => seen += 1,

@@ -16,6 +16,10 @@ pub(crate) enum Kind {
     WindowCount,
     /// Input copied unchanged (the transactional copier).
     Copy,
+    /// A running total of the `ts` field per key, one record per input record
+    /// (`plugins/js-total`, `plugins/py-total`); on keyed input (`--keyed`), so each
+    /// key's records reach its operator in one order.
+    RunningTotal,
 }
 
 pub(crate) const WINDOW_MS: i64 = 10_000;
@@ -42,6 +46,7 @@ pub(crate) fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
             out.sort_unstable();
             out
         }
+        Kind::RunningTotal => running_totals(workload),
         Kind::WindowCount => {
             let mut counts = WindowCounts::new(WINDOW_MS);
             for r in workload.records() {
@@ -50,6 +55,25 @@ pub(crate) fn expected(kind: Kind, workload: &Workload) -> Vec<u128> {
             counts.digests()
         }
     }
+}
+
+/// `{"key":"<key>","total":<sum of ts so far>}` for every data record, in production
+/// order (a key's order when each key lives in one partition); the flush records carry
+/// no `ts` and emit nothing.
+fn running_totals(workload: &Workload) -> Vec<u128> {
+    assert!(workload.keyed, "a running total's output depends on each key's order: measure it on --keyed input");
+    let mut totals: HashMap<u32, i64> = HashMap::new();
+    let mut out: Vec<u128> = workload
+        .records()
+        .map(|r| {
+            let total = totals.entry(r.key).or_default();
+            *total += r.ts;
+            let key = data::key(r.key);
+            digest(key.as_bytes(), format!("{{\"key\":\"{key}\",\"total\":{total}}}").as_bytes())
+        })
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// Counts per (key, tumbling window) as `plugins/window-count` computes them when no

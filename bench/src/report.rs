@@ -30,6 +30,8 @@ fn label(system: &str) -> &str {
         "weir-alo" => "weir window-count, at-least-once",
         "weir-c" => "weir c-window-count (C), exactly-once",
         "weir-go" => "weir go-window-count (Go), exactly-once",
+        "weir-js-total" => "weir js-total (JavaScript SDK) running total, keyed input, exactly-once",
+        "weir-js-total-raw" => "weir running total in JavaScript by hand, keyed input, exactly-once",
         "flink" => "Flink 2.2.1 window count, exactly-once",
         other => other,
     }

@@ -1,0 +1,4 @@
+globalThis.weirLog = [];
+export function log(level, message) {
+  globalThis.weirLog.push([level, message]);
+}
