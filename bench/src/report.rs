@@ -32,6 +32,8 @@ fn label(system: &str) -> &str {
         "weir-go" => "weir go-window-count (Go), exactly-once",
         "weir-js-total" => "weir js-total (JavaScript SDK) running total, keyed input, exactly-once",
         "weir-js-total-raw" => "weir running total in JavaScript by hand, keyed input, exactly-once",
+        "weir-py-total" => "weir py-total (Python, weir_sdk) running total, keyed input, exactly-once",
+        "weir-py-total-raw" => "weir running total in Python by hand, keyed input, exactly-once",
         "flink" => "Flink 2.2.1 window count, exactly-once",
         other => other,
     }

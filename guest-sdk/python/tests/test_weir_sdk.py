@@ -1,0 +1,340 @@
+"""weir_sdk's unit tests, under the CPython that runs componentize-py: the bindings
+componentize-py generates for wit/ stand in for the component's, so the glue runs as
+it runs in a plugin, minus Wasm. `python -m unittest discover -s guest-sdk/python/tests`
+from the repository root; tests/operator_py_sdk.rs runs it."""
+
+import atexit
+import operator
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+# componentize-py writes bindings only into a directory that does not exist yet.
+_SCRATCH = os.environ.get("WEIR_BINDINGS_DIR")
+if _SCRATCH:
+    os.makedirs(_SCRATCH, exist_ok=True)
+_WORK = tempfile.mkdtemp(prefix="weir-py-bindings-", dir=_SCRATCH)
+atexit.register(shutil.rmtree, _WORK, ignore_errors=True)
+BINDINGS = Path(_WORK) / "bindings"
+subprocess.run([str(Path(sys.executable).with_name("componentize-py")), "-d", str(ROOT / "wit"),
+                "-w", "operator", "bindings", str(BINDINGS)], check=True, capture_output=True)
+sys.path[:0] = [str(BINDINGS), str(ROOT / "guest-sdk/python")]
+
+import weir_sdk  # noqa: E402
+from componentize_py_types import Err  # noqa: E402
+from weir_sdk import log  # noqa: E402
+from weir_sdk.operator import MAX_ENTRY_BYTES  # noqa: E402
+from wit_world.imports import types  # noqa: E402
+
+
+class HostLog:
+    """Stands in for the host's log import."""
+    Level = types.__class__  # replaced below
+    lines = []
+
+    @staticmethod
+    def log(level, message):
+        HostLog.lines.append((level, message))
+
+
+from wit_world.imports.log import Level  # noqa: E402
+
+HostLog.Level = Level
+log._host = HostLog
+
+
+def batch(*records):
+    """A packed batch of (key, value, timestamp[, headers]) records."""
+    data, entries, headers = bytearray(), [], []
+    for index, (key, value, timestamp, *rest) in enumerate(records):
+        key_offset = len(data) if key is not None else 0
+        data += key or b""
+        entries.append(types.Entry(key is not None, key_offset, len(key or b""), len(data), len(value), timestamp))
+        data += value
+        for name, header in (rest[0] if rest else []):
+            headers.append(types.Header(index, name, header))
+    return types.Batch(bytes(data), entries, headers)
+
+
+def out(result):
+    """A batch's records as (key, value, timestamp, headers)."""
+    data = result.data
+    return [(data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
+             data[e.value_offset:e.value_offset + e.value_len], e.timestamp,
+             [(h.name, h.value) for h in result.headers if h.entry == i])
+            for i, e in enumerate(result.entries)]
+
+
+def chunk(*pairs):
+    """A state chunk of (key, value or None) pairs."""
+    data, entries = bytearray(), []
+    for key, value in pairs:
+        key_offset = len(data)
+        data += key
+        if value is None:
+            entries.append(types.StateEntry(key_offset, len(key), 0, 0, True))
+        else:
+            entries.append(types.StateEntry(key_offset, len(key), len(data), len(value), False))
+            data += value
+    return types.StateChunk(bytes(data), entries)
+
+
+def entries(state_chunk):
+    data = state_chunk.data
+    return [(data[e.key_offset:e.key_offset + e.key_len],
+             None if e.removed else data[e.value_offset:e.value_offset + e.value_len])
+            for e in state_chunk.entries]
+
+
+def round_of(world, max_bytes=4096):
+    """One whole snapshot round: every chunk's entries, each chunk checked."""
+    found = []
+    while True:
+        part = world.snapshot(max_bytes)
+        if not part.entries:
+            return found
+        size = sum(e.key_len + e.value_len for e in part.entries)
+        assert len(part.data) <= max_bytes or len(part.entries) == 1, (len(part.data), max_bytes)
+        assert size <= max_bytes or len(part.entries) == 1
+        for e in part.entries:
+            assert not e.removed or (e.value_offset, e.value_len) == (0, 0), "a removal with a value"
+        found += entries(part)
+
+
+class Counter(weir_sdk.Operator):
+    """Counts records per key and emits each key's count."""
+
+    def __init__(self, config):
+        self.step = config.integer("step", 1, minimum=1)
+        self.counts = weir_sdk.KeyedState("count")
+
+    def process(self, records):
+        for record in records:
+            if record.value == b"forget":
+                self.counts.pop(record.key, None)
+                continue
+            if record.value == b"boom":
+                {}["missing"]
+            self.counts[record.key] = self.counts.get(record.key, 0) + self.step
+            self.emit(record.key, str(self.counts[record.key]), record.timestamp, record.headers)
+
+
+def world(operator_class=Counter, config=()):
+    instance = weir_sdk.export(operator_class)()
+    instance.init(list(config))
+    return instance
+
+
+class ConfigTest(unittest.TestCase):
+    def test_missing_empty_bad_and_unknown_keys_are_named(self):
+        config = weir_sdk.Config([("a", ""), ("n", "x"), ("m", "0")])
+        for call, message in [
+            (lambda: config.require("b", "a name"), "operator config `b` is missing: expected a name"),
+            (lambda: config.require("a", "a name"), "operator config `a` is empty: expected a name"),
+            (lambda: config.integer("n"), "operator config `n` = 'x' is not an integer"),
+            (lambda: config.integer("m", minimum=1), "operator config `m` = 0 is out of range: expected an integer, at least 1"),
+        ]:
+            with self.assertRaises(weir_sdk.ConfigError) as caught:
+                call()
+            self.assertIn(message, str(caught.exception))
+        self.assertEqual(config.integer("z", 7), 7)
+        config = weir_sdk.Config([("x", "1"), ("y", "2"), ("step", "1")])
+        config.get("step")
+        with self.assertRaisesRegex(weir_sdk.ConfigError, "unknown keys `x`, `y`; this operator knows: step"):
+            config.check_unknown()
+        with self.assertRaisesRegex(weir_sdk.ConfigError, "`k` is given twice"):
+            weir_sdk.Config([("k", "1"), ("k", "2")])
+
+    def test_init_refuses_unknown_keys_and_a_second_call(self):
+        with self.assertRaises(Err) as caught:
+            world(config=[("step", "2"), ("bogus", "1")])
+        self.assertEqual(caught.exception.value, "operator config has unknown key `bogus`; this operator knows: step")
+        instance = world()
+        with self.assertRaisesRegex(Err, "init was called twice"):
+            instance.init([])
+        with self.assertRaisesRegex(Err, "not initialised"):
+            weir_sdk.export(Counter)().process(batch())
+
+
+class KeyedStateTest(unittest.TestCase):
+    def test_a_dict_that_records_changed_keys_with_none_as_the_empty_key(self):
+        state = weir_sdk.KeyedState()
+        state[None] = 1
+        state[b"a"] = 2
+        self.assertEqual((state[b""], state.get(None), b"" in state, None in state, len(state)), (1, 1, True, True, 2))
+        self.assertEqual(sorted(state), [b"", b"a"])
+        self.assertEqual(state._take_round(), [b"", b"a"])
+        self.assertEqual(state._take_round(), [])
+        del state[b"a"]
+        self.assertEqual(state.pop(None), 1)
+        self.assertEqual(state.pop(b"zz", "none"), "none")
+        state.touch(b"not held")
+        self.assertEqual((state._take_round(), len(state)), ([b"", b"a"], 0))
+        self.assertIsNone(state._encode(b"a"))
+
+
+class SnapshotTest(unittest.TestCase):
+    def test_rounds_hand_over_each_changed_key_once_within_max_bytes(self):
+        instance = world()
+        keys = [b"k%03d" % i for i in range(200)]
+        instance.process(batch(*[(key, b"x", i) for i, key in enumerate(keys)], (None, b"x", 9)))
+        for max_bytes in (0, 7, 64, 1000):
+            with self.subTest(max_bytes=max_bytes):
+                instance.process(batch(*[(key, b"x", 1) for key in keys + [None]]))
+                found = round_of(instance, max_bytes)
+                self.assertEqual([key for key, _ in found], sorted(keys + [b""]))
+                self.assertEqual(dict(found)[b"k007"][:1], b"\x01")
+                self.assertEqual(round_of(instance), [], "the next round holds only later changes")
+        instance.process(batch((b"k001", b"forget", 1), (b"k002", b"x", 2)))
+        self.assertEqual(round_of(instance, 1), [(b"k001", None), (b"k002", b"\x016")])
+
+    def test_a_chunk_holds_a_bounded_number_of_entries_whatever_max_bytes(self):
+        instance = world()
+        keys = [b"%05d" % i for i in range(20_000)]
+        instance.process(batch(*[(key, b"x", 1) for key in keys]))
+        sizes = []
+        while True:
+            part = instance.snapshot(64 << 20)
+            if not part.entries:
+                break
+            sizes.append(len(part.entries))
+        self.assertEqual(sizes, [16_384, 20_000 - 16_384])
+
+    def test_an_entry_over_a_changelog_record_is_refused_naming_the_key(self):
+        class Big(weir_sdk.Operator):
+            def __init__(self, config):
+                self.state = weir_sdk.KeyedState()
+
+            def process(self, records):
+                for record in records:
+                    self.state[record.key] = "x" * int(record.value)
+
+        instance = world(Big)
+        instance.process(batch((b"k", str(MAX_ENTRY_BYTES - 4).encode(), 1)))
+        self.assertEqual(len(round_of(instance, 10)), 1, "the largest entry fits, alone")
+        instance.process(batch((b"k", str(MAX_ENTRY_BYTES - 3).encode(), 1)))
+        with self.assertRaisesRegex(Err, r"the state of key b'k' is 998996 bytes with its key, over the 998995"):
+            instance.snapshot(4 << 20)
+
+    def test_bad_restores_are_refused_naming_the_key(self):
+        malformed = types.StateChunk(b"abc", [types.StateEntry(0, 2, 2, 5, False)])
+        for bad, message in [
+            (malformed, "a state entry lies outside its chunk's 3 bytes of data"),
+            (chunk((b"k", None)), "cannot restore key b'k': a restore never holds removals"),
+            (chunk((b"k", b"\x011"), (b"k", b"\x012")), "cannot restore key b'k': it was restored already"),
+            (chunk((b"k", b"\x021")), r"does not start with state encoding version 1 \(got b'\\x021'\)"),
+            (chunk((b"k", b"")), r"does not start with state encoding version 1 \(got b''\)"),
+            (chunk((b"k", b"\x01{")), r"its state b'\\x01\{' is not a version 1 count"),
+        ]:
+            with self.subTest(message=message), self.assertRaisesRegex(Err, message):
+                world().restore(bad)
+        with self.assertRaisesRegex(Err, "keeps no keyed state, but was given 1 state entries"):
+            world(weir_sdk.Operator).restore(chunk((b"k", b"\x011")))
+
+    def test_a_restore_continues_where_the_snapshot_was_and_is_no_change(self):
+        first = world()
+        first.process(batch((b"a", b"x", 1), (b"a", b"x", 2), (None, b"x", 3)))
+        image = round_of(first)
+        second = world()
+        second.restore(chunk(*image))
+        second.restored(5)
+        self.assertEqual(round_of(second), [])
+        self.assertIn((Level.INFO, "Counter: restored the state of 2 keys"), HostLog.lines)
+        self.assertEqual(out(second.process(batch((b"a", b"x", 6))))[0][1], b"3")
+
+    def test_a_newer_state_version_upgrades_an_older_one(self):
+        class Doubled(Counter):
+            state_version = 2
+
+            def upgrade_state(self, version, value):
+                return {"version": version, "count": value}
+
+        instance = world(Doubled)
+        instance.restore(chunk((b"a", b"\x017")))
+        self.assertEqual(instance.snapshot(100).entries, [])
+        instance.process(batch((b"b", b"x", 1)))
+        self.assertEqual(round_of(instance), [(b"b", b"\x021")])
+        with self.assertRaisesRegex(Err, "state_version is 0: it must be an integer from 1 to 255"):
+            world(type("Zero", (Counter,), {"state_version": 0}))
+
+    def test_two_states_are_refused(self):
+        class Two(weir_sdk.Operator):
+            def __init__(self, config):
+                self.a = weir_sdk.KeyedState()
+                self.b = weir_sdk.TumblingWindows(10, max)
+
+        with self.assertRaisesRegex(Err, r"Two holds 2 keyed states \(a, b\); an operator keeps one"):
+            world(Two)
+
+
+class RecordsTest(unittest.TestCase):
+    def test_keys_values_headers_and_errors_cross_as_the_host_wants(self):
+        instance = world()
+        result = out(instance.process(batch((b"a", b"x", 10, [("h", b"1"), ("i", b"2")]), (None, b"y", 11))))
+        self.assertEqual(result, [(b"a", b"1", 10, [("h", b"1"), ("i", b"2")]), (None, b"1", 11, [])])
+        with self.assertRaises(Err) as caught:
+            instance.process(batch((b"a", b"x", 12), (b"a", b"boom", 12)))
+        self.assertRegex(caught.exception.value, r"^KeyError: 'missing' \(at .*test_weir_sdk.py:\d+, in process\)$")
+        self.assertEqual(out(instance.process(batch((b"a", b"x", 13)))), [(b"a", b"3", 13, [])],
+                         "what the failed call emitted is not emitted later")
+
+
+def fired(windows, watermark):
+    return [(tuple(window), key, value) for window, key, value in windows.fire(watermark)]
+
+
+def restored_copy(state, fresh):
+    """`fresh` with `state`'s entries restored, as the SDK would, round and all."""
+    for key in state._take_round():
+        body = state._encode(key)
+        if body is not None:
+            fresh._restore(key, body, None)
+    return fresh
+
+
+class WindowsTest(unittest.TestCase):
+    def test_tumbling_windows_fire_by_end_then_key_and_drop_late_records(self):
+        windows = weir_sdk.TumblingWindows(100, operator.add)
+        for key, ts in [(b"b", 5), (b"a", 99), (None, 100), (b"a", 0), (b"a", -1)]:
+            self.assertTrue(windows.add(key, ts, 1))
+        self.assertEqual(windows.window_of(-1), (-100, 0))
+        self.assertEqual(fired(windows, 100), [((-100, 0), b"a", 1), ((0, 100), b"a", 2), ((0, 100), b"b", 1)])
+        self.assertFalse(windows.add(b"a", 50, 1))
+        self.assertEqual((windows.late_records, len(windows), windows.get(None, 150)), (1, 1, 1))
+        copy = restored_copy(windows, weir_sdk.TumblingWindows(100, operator.add))
+        copy._restored(100)
+        self.assertFalse(copy.add(b"z", 99, 1), "late after a restore too")
+        self.assertEqual(fired(copy, 1000), [((100, 200), b"", 1)])
+        with self.assertRaisesRegex(weir_sdk.StateError, "holds windows of 100 ms, and this operator's are 50 ms"):
+            weir_sdk.TumblingWindows(50, max)._restore(b"k", b"[100,[]]", None)
+        with self.assertRaisesRegex(ValueError, "positive integer"):
+            weir_sdk.TumblingWindows(0, max)
+
+    def test_sessions_merge_when_they_touch_in_order_and_fire_at_their_end(self):
+        sessions = weir_sdk.SessionWindows(10, operator.add)
+        for ts, value in [(0, [0]), (30, [30]), (20, [20]), (12, [12]), (50, [50])]:
+            self.assertTrue(sessions.add(b"k", ts, value))
+        # [0,10) and [12,22) stay apart; 20 joins 12's; 30 touches [20,30) at 30.
+        self.assertEqual([tuple(w) for w, _ in sessions.sessions(b"k")], [(0, 10), (12, 40), (50, 60)])
+        self.assertEqual(sessions.sessions(b"k")[1][1], [12, 20, 30], "merged in order of start")
+        sessions.add(b"j", 5, [5])
+        self.assertEqual(fired(sessions, 15), [((0, 10), b"k", [0]), ((5, 15), b"j", [5])])
+        self.assertFalse(sessions.add(b"j", 4, [4]), "complete already, merges with none: late")
+        self.assertFalse(sessions.add(b"k", 1, [1]), "[1, 11) is complete and does not reach 12")
+        self.assertTrue(sessions.add(b"k", 2, [2]), "[2, 12) touches [12, 40)")
+        copy = restored_copy(sessions, weir_sdk.SessionWindows(10, operator.add))
+        copy._restored(15)
+        self.assertTrue(copy.add(b"k", 39, [39]))
+        self.assertEqual(fired(copy, 100), [((2, 49), b"k", [2, 12, 20, 30, 39]), ((50, 60), b"k", [50])])
+        self.assertEqual(len(copy), 0)
+        with self.assertRaisesRegex(ValueError, "not after the one before"):
+            copy._restore(b"x", b"[10,[[0,10,1],[5,20,1]]]", None)
+
+
+if __name__ == "__main__":
+    unittest.main()

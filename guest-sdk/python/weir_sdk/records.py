@@ -1,0 +1,92 @@
+"""Records in and out of an operator. A batch crosses the Wasm boundary packed (one
+data buffer, flat entries); the SDK slices each record's key and value out of it once
+and packs what the operator emits back the same way."""
+
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+Headers = Sequence[Tuple[str, bytes]]
+Bytes = Union[bytes, bytearray, str]
+
+_NO_HEADERS: Tuple[Tuple[str, bytes], ...] = ()
+_tuple_new = tuple.__new__
+
+
+class Record(NamedTuple):
+    """One input record. `key` is None for a record without a key (its state key is
+    then the empty key b""); `timestamp` is its event time in epoch milliseconds."""
+
+    key: Optional[bytes]
+    value: bytes
+    timestamp: int
+    headers: Headers = _NO_HEADERS
+
+
+class Window(NamedTuple):
+    """An event-time window [start, end), epoch milliseconds."""
+
+    start: int
+    end: int
+
+
+def unpack(batch: Any) -> List[Record]:
+    """The records of a packed `batch`, in order (one tuple and two slices each)."""
+    data = batch.data
+    new, record = _tuple_new, Record
+    if not batch.headers:
+        return [new(record, (data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
+                             data[e.value_offset:e.value_offset + e.value_len],
+                             e.timestamp, _NO_HEADERS))
+                for e in batch.entries]
+    by_entry: Dict[int, List[Tuple[str, bytes]]] = {}
+    for header in batch.headers:
+        by_entry.setdefault(header.entry, []).append((header.name, header.value))
+    return [new(record, (data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
+                         data[e.value_offset:e.value_offset + e.value_len],
+                         e.timestamp, by_entry.get(index, _NO_HEADERS)))
+            for index, e in enumerate(batch.entries)]
+
+
+class Output:
+    """What an operator emits during one call, packed as the host wants it."""
+
+    def __init__(self, types: Any) -> None:
+        self._types = types
+        self._entry = types.Entry
+        self._data = bytearray()
+        self._entries: List[Any] = []
+        self._headers: List[Any] = []
+
+    def emit(self, key: Optional[Bytes], value: Bytes, timestamp: int,
+             headers: Headers = _NO_HEADERS) -> None:
+        """Emits a record: `key` (None: no key), `value` (bytes, or str as UTF-8),
+        event time `timestamp` (epoch ms) and `headers` as (name, value) pairs."""
+        data = self._data
+        if key is None:
+            key_offset = key_len = 0
+        else:
+            if isinstance(key, str):
+                key = key.encode()
+            key_offset = len(data)
+            key_len = len(key)
+            data += key
+        if isinstance(value, str):
+            value = value.encode()
+        value_offset = len(data)
+        data += value
+        if headers:
+            self._add_headers(len(self._entries), headers)
+        self._entries.append(self._entry(key is not None, key_offset, key_len,
+                                         value_offset, len(value), timestamp))
+
+    def _add_headers(self, index: int, headers: Headers) -> None:
+        header = self._types.Header
+        for name, value in headers:
+            self._headers.append(header(index, name, bytes(value)))
+
+    def take(self) -> Any:
+        """The batch emitted since the last `take`; the buffer starts afresh."""
+        batch = self._types.Batch(bytes(self._data), self._entries, self._headers)
+        self._data = bytearray()
+        self._entries = []
+        self._headers = []
+        return batch
