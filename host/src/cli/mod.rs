@@ -2,6 +2,7 @@
 //! Each subcommand returns `anyhow::Result`; `main` prints the error chain.
 
 mod check;
+mod new;
 mod run;
 mod snapshot_file;
 
@@ -25,6 +26,9 @@ enum Command {
     Check(check::CheckArgs),
     /// Run a job exactly-once until SIGTERM/SIGINT (which commits a final checkpoint).
     Run(run::RunArgs),
+    /// Write a plugin skeleton in one language, with a job file, into plugins/NAME:
+    /// it builds with `scripts/build-plugins NAME` and passes `weir check` as it stands.
+    New(new::NewArgs),
 }
 
 impl Cli {
@@ -32,6 +36,7 @@ impl Cli {
         match self.command {
             Command::Check(args) => check::run(args),
             Command::Run(args) => run::run(args),
+            Command::New(args) => new::run(args),
         }
     }
 }
