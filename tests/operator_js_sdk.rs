@@ -149,7 +149,7 @@ fn steps() -> Vec<Batch> {
             let records: Vec<(Option<String>, String, i64)> = (0..n)
                 .map(|i| {
                     let r = support::next_random(&mut state);
-                    let key = (r % 7 != 0).then(|| format!("k{}", r % 9));
+                    let key = (!r.is_multiple_of(7)).then(|| format!("k{}", r % 9));
                     let value = match r % 13 {
                         0 => "not json".to_owned(),
                         1 => format!(r#"{{"n":{}.5}}"#, r % 5),
