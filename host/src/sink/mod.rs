@@ -146,19 +146,31 @@ fn current_member(shard: &ShardSink) -> Result<(ConsumerGroupMetadata, String), 
 /// that records and offsets a dead or paused process left pending neither commit nor
 /// hold back readers until the transaction times out.
 pub(crate) fn fence(config: &SinkConfig<'_>, transactional_id: &str) -> Result<(), SinkError> {
-    start_producer(config, transactional_id, Some("fencing an earlier owner's transactions")).map(drop)
+    start_producer(config, transactional_id, Some("fencing an earlier owner's transactions"), false).map(drop)
 }
 
-/// A producer of `config`'s brokers named `transactional_id`; with `init` (what the
-/// call is, for its error), its transactions initialised, which fences the earlier
-/// holder of that id and aborts the transaction it left open.
-fn start_producer(config: &SinkConfig<'_>, transactional_id: &str, init: Option<&'static str>) -> Result<ThreadedProducer<SinkContext>, SinkError> {
+/// A producer of `config`'s brokers named `transactional_id`; with `check_topics`, one
+/// refused when the sink or dead-letter topic is missing; with `init` (what the call
+/// is, for its error), its transactions initialised, which fences the earlier holder of
+/// that id and aborts the transaction it left open.
+fn start_producer(
+    config: &SinkConfig<'_>,
+    transactional_id: &str,
+    init: Option<&'static str>,
+    check_topics: bool,
+) -> Result<ThreadedProducer<SinkContext>, SinkError> {
     let client = self::config::client_config(transactional_id, config.brokers, init.is_some(), config.extra);
     let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
     let producer: ThreadedProducer<SinkContext> =
         client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating the producer", e))?;
-    if let Some(doing) = init {
+    if check_topics {
+        // The brokers' answer is the warm-up too: a connection is up from then on.
+        let metadata = producer.client().fetch_metadata(None, TOPICS_TIMEOUT).map_err(|e| kafka("listing the brokers' topics", e))?;
+        check_topics_exist(&metadata, config)?;
+    } else if init.is_some() {
         warm_up(producer.client());
+    }
+    if let Some(doing) = init {
         producer.init_transactions(TXN_TIMEOUT).map_err(|e| kafka(doing, e))?;
     }
     Ok(producer)
@@ -177,9 +189,7 @@ fn warm_up<C: ClientContext>(client: &rdkafka::client::Client<C>) {
 /// The sink topic and the dead-letter topic must exist before the first record: a
 /// produce to a missing topic has the broker create it silently with its default
 /// partition count, which scatters keyed output nobody asked for.
-fn check_topics_exist<C: ClientContext>(client: &rdkafka::client::Client<C>, config: &SinkConfig<'_>) -> Result<(), SinkError> {
-    let kafka = |source| SinkError::Kafka { topic: config.topic.to_string(), doing: "listing the brokers' topics", source };
-    let metadata = client.fetch_metadata(None, TOPICS_TIMEOUT).map_err(kafka)?;
+fn check_topics_exist(metadata: &rdkafka::metadata::Metadata, config: &SinkConfig<'_>) -> Result<(), SinkError> {
     let exists = |name: &str| metadata.topics().iter().any(|topic| topic.name() == name && topic.error().is_none());
     let wanted = [("[sink] topic", Some(config.topic)), ("[sink] dead_letter_topic", config.dead_letter_topic)];
     for (key, topic) in wanted {
@@ -259,8 +269,7 @@ impl Sink {
     /// instance of the job and aborts the transaction it left open.
     pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer, shard: Option<ShardSink>) -> Result<Sink, SinkError> {
         let init = (config.delivery == Delivery::ExactlyOnce).then_some("init_transactions");
-        let producer = start_producer(config, config.transactional_id, init)?;
-        check_topics_exist(producer.client(), config)?;
+        let producer = start_producer(config, config.transactional_id, init, true)?;
         let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
         let group = offsets.group_metadata().ok_or_else(|| {
             kafka("reading the consumer group metadata", KafkaError::Subscription("no group".into()))
