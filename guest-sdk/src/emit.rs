@@ -1,17 +1,36 @@
 //! Packs the records an operator emits into the output batch: keys and values are
 //! copied once, straight into its `data`, and [`Emitter::emit_with`] writes a value
-//! in place, so formatting an output record allocates nothing of its own.
+//! in place, so formatting an output record allocates nothing of its own. Records go
+//! to the first output unless emitted to another ([`Emitter::emit_to`]); the list of
+//! outputs per record exists only once one goes elsewhere.
 
 use std::fmt;
 use std::io;
 
-use crate::packed::{Batch, Header};
+use crate::packed::{self, Batch, Header};
+use crate::ports::Output;
 use crate::record::Record;
 
-/// Collects the records an operator emits during one call, in order.
+/// Collects the records an operator emits during one call, in order, each with the
+/// output it goes to.
+///
+/// ```
+/// use weir_guest::{Config, Emitter, Output};
+///
+/// let config = Config::default().with_outputs(["main", "late"]);
+/// let late = config.output("late")?;
+/// let mut out = Emitter::new();
+/// out.emit(Some(b"k"), b"on time", 10);
+/// out.emit_to(late, Some(b"k"), b"late", 3);
+/// let emitted = out.into_emitted();
+/// assert_eq!(emitted.outputs, [Output::FIRST.index(), late.index()]);
+/// # Ok::<(), weir_guest::Error>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct Emitter {
     batch: Batch,
+    /// Empty while every record goes to the first output; otherwise one per record.
+    outputs: Vec<u8>,
 }
 
 impl Emitter {
@@ -25,19 +44,29 @@ impl Emitter {
     pub fn with_capacity(records: usize, data_bytes: usize) -> Self {
         Self {
             batch: Batch::with_capacity(records, data_bytes),
+            outputs: Vec::new(),
         }
     }
 
-    /// Emits a record; add headers through the returned handle.
+    /// Emits a record to the first output; add headers through the returned handle.
     pub fn emit(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> Emitted<'_> {
-        let entry = self.batch.push(key, value, timestamp);
-        Emitted {
-            batch: &mut self.batch,
-            entry,
-        }
+        self.emit_to(Output::FIRST, key, value, timestamp)
     }
 
-    /// Emits a record whose value `write_value` writes in place.
+    /// Emits a record to `output`; add headers through the returned handle.
+    pub fn emit_to(
+        &mut self,
+        output: Output,
+        key: Option<&[u8]>,
+        value: &[u8],
+        timestamp: i64,
+    ) -> Emitted<'_> {
+        self.route(output);
+        let entry = self.batch.push(key, value, timestamp);
+        self.emitted(entry)
+    }
+
+    /// Emits a record to the first output whose value `write_value` writes in place.
     ///
     /// ```
     /// use std::fmt::Write;
@@ -54,12 +83,24 @@ impl Emitter {
         timestamp: i64,
         write_value: impl FnOnce(&mut ValueWriter<'_>),
     ) -> Emitted<'_> {
+        self.emit_with_to(Output::FIRST, key, timestamp, write_value)
+    }
+
+    /// Emits a record to `output` whose value `write_value` writes in place.
+    pub fn emit_with_to(
+        &mut self,
+        output: Output,
+        key: Option<&[u8]>,
+        timestamp: i64,
+        write_value: impl FnOnce(&mut ValueWriter<'_>),
+    ) -> Emitted<'_> {
         let key_offset = key.map_or(0, |key| self.batch.append(key));
         let value_offset = self.batch.append(&[]);
         write_value(&mut ValueWriter {
             data: &mut self.batch.data,
         });
         let value_len = self.batch.data.len() - value_offset as usize;
+        self.route(output);
         let entry = self.batch.push_entry(
             key.is_some(),
             key_offset,
@@ -68,15 +109,17 @@ impl Emitter {
             value_len,
             timestamp,
         );
-        Emitted {
-            batch: &mut self.batch,
-            entry,
-        }
+        self.emitted(entry)
     }
 
-    /// Emits a copy of an input record, headers included.
+    /// Emits a copy of an input record to the first output, headers included.
     pub fn forward(&mut self, record: &Record<'_>) {
-        let mut emitted = self.emit(record.key, record.value, record.timestamp);
+        self.forward_to(Output::FIRST, record);
+    }
+
+    /// Emits a copy of an input record to `output`, headers included.
+    pub fn forward_to(&mut self, output: Output, record: &Record<'_>) {
+        let mut emitted = self.emit_to(output, record.key, record.value, record.timestamp);
         for header in record.headers {
             emitted = emitted.header(&header.name, &header.value);
         }
@@ -92,9 +135,38 @@ impl Emitter {
         self.batch.is_empty()
     }
 
-    /// The packed output batch.
+    /// The packed output batch, whatever output each record goes to.
     pub fn into_batch(self) -> Batch {
         self.batch
+    }
+
+    /// The packed output batch with the output of each record, as the WIT returns it.
+    pub fn into_emitted(self) -> packed::Emitted {
+        debug_assert!(self.outputs.is_empty() || self.outputs.len() == self.batch.len());
+        packed::Emitted {
+            batch: self.batch,
+            outputs: self.outputs,
+        }
+    }
+
+    /// Notes the output of the record about to be pushed. Nothing while every record
+    /// goes to the first output: the common case costs one comparison.
+    fn route(&mut self, output: Output) {
+        if self.outputs.is_empty() {
+            if output == Output::FIRST {
+                return;
+            }
+            self.outputs.reserve(self.batch.entries.capacity().max(16));
+            self.outputs.resize(self.batch.len(), Output::FIRST.index());
+        }
+        self.outputs.push(output.index());
+    }
+
+    fn emitted(&mut self, entry: u32) -> Emitted<'_> {
+        Emitted {
+            batch: &mut self.batch,
+            entry,
+        }
     }
 }
 
@@ -239,6 +311,23 @@ mod tests {
         );
         assert_eq!(records[2].key, Some(&b"key"[..]));
         assert_eq!(records[2].value, b"in place");
+    }
+
+    #[test]
+    fn outputs_exist_once_a_record_goes_elsewhere() {
+        let config = crate::Config::default().with_outputs(["a", "b", "c"]);
+        let (b, c) = (config.output("b").unwrap(), config.output("c").unwrap());
+        let mut out = Emitter::new();
+        out.emit(None, b"1", 1);
+        out.emit_to(Output::FIRST, None, b"2", 2);
+        assert!(out.outputs.is_empty(), "all to the first output so far");
+        out.emit_with_to(c, Some(b"k"), 3, |value| value.extend(b"3"));
+        out.forward_to(b, &Record::new(None, b"4", 4));
+        out.emit(None, b"5", 5);
+        let emitted = out.into_emitted();
+        assert_eq!(emitted.outputs, [0, 0, 2, 1, 0]);
+        assert_eq!(emitted.batch.len(), 5);
+        assert_eq!(emitted.output_of(2), 2);
     }
 
     #[test]

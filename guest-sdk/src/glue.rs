@@ -1,5 +1,6 @@
 //! The component glue, compiled for wasm32 only: wit-bindgen's bindings of world
-//! `operator` and exports that forward each call to the instance's [`Runner`].
+//! `operator` of `weir:operator@0.3.0` (`wit/0.3`) and exports that forward each call
+//! to the instance's [`Runner`].
 //!
 //! [`export_operator!`](crate::export_operator) instantiates it for one operator type.
 
@@ -11,16 +12,16 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::log::Level;
 use crate::operator::Operator;
-use crate::packed::{Batch, StateChunk};
+use crate::packed::{Batch, Emitted, StateChunk};
 use crate::runner::Runner;
 
 pub mod bindings {
     wit_bindgen::generate!({
         world: "operator",
-        path: "../wit",
+        path: "../wit/0.3",
         // Lift batches straight into the SDK's own types: no copy between two
         // identical sets of structs.
-        with: { "weir:operator/types@0.2.0": crate::packed },
+        with: { "weir:operator/types@0.3.0": crate::packed },
         pub_export_macro: true,
         export_macro_name: "__export_operator_world",
     });
@@ -36,24 +37,31 @@ thread_local! {
 pub struct Export<O>(PhantomData<O>);
 
 impl<O: Operator> bindings::Guest for Export<O> {
-    fn init(config: Vec<(String, String)>) -> Result<(), String> {
+    fn init(
+        config: Vec<(String, String)>,
+        inputs: Vec<String>,
+        outputs: Vec<String>,
+    ) -> Result<(), String> {
         INSTANCE.with_borrow_mut(|slot| {
             if slot.is_some() {
                 return Err("init was called twice on one instance; the host must \
                             instantiate the plugin again instead"
                     .to_owned());
             }
-            *slot = Some(Box::new(Runner::<O>::init(Config::new(config))?));
+            let config = Config::new(config)
+                .with_inputs(inputs)
+                .with_outputs(outputs);
+            *slot = Some(Box::new(Runner::<O>::init(config)?));
             Ok(())
         })
     }
 
-    fn process(batch: Batch) -> Result<Batch, String> {
-        with_runner::<O, _>(|runner| runner.process(&batch))
+    fn process(input: u32, batch: Batch) -> Result<Emitted, String> {
+        with_runner::<O, _>(|runner| runner.process_from(input, &batch))
     }
 
-    fn on_watermark(watermark: i64) -> Result<Batch, String> {
-        with_runner::<O, _>(|runner| runner.on_watermark(watermark))
+    fn on_watermark(watermark: i64) -> Result<Emitted, String> {
+        with_runner::<O, _>(|runner| runner.on_watermark_emitted(watermark))
     }
 
     fn snapshot(max_bytes: u32) -> Result<StateChunk, String> {

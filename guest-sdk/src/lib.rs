@@ -79,6 +79,7 @@ pub mod json;
 pub mod log;
 mod operator;
 pub mod packed;
+mod ports;
 mod record;
 mod runner;
 pub mod snapshot;
@@ -93,8 +94,9 @@ pub use config::Config;
 pub use emit::{Emitted, Emitter, ValueWriter};
 pub use error::Error;
 pub use operator::{EntryOf, Operator};
+pub use ports::{Input, MAX_OUTPUTS, Output};
 pub use record::{Record, RecordIter, Records, sort_headers};
-pub use runner::{OwnedRecord, Runner, unpack};
+pub use runner::{OwnedRecord, Runner, unpack, unpack_emitted};
 
 /// Exports an [`Operator`] as the plugin's component: `weir_guest::export_operator!(MyOp);`
 /// once, at the plugin crate's root.

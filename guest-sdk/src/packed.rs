@@ -1,5 +1,5 @@
-//! The packed batch and state chunk exactly as they cross the component boundary
-//! (`weir:operator/types`).
+//! The packed batch, what a call emits, and the state chunk exactly as they cross the
+//! component boundary (`weir:operator/types`).
 //!
 //! The Wasm glue lifts the host's batch straight into these types and lowers the
 //! output from them; native callers (benchmarks, tests) build them with [`Batch::pack`].
@@ -134,6 +134,23 @@ impl Batch {
             timestamp,
         });
         index
+    }
+}
+
+/// What one call emits: the records, and the output each goes to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Emitted {
+    /// The records, in order.
+    pub batch: Batch,
+    /// Empty: every record goes to the first output. Otherwise one output index per
+    /// record (`outputs[i]` is record i's), each below the number of outputs.
+    pub outputs: Vec<u8>,
+}
+
+impl Emitted {
+    /// The index of the output record `index` goes to.
+    pub fn output_of(&self, index: usize) -> u8 {
+        self.outputs.get(index).copied().unwrap_or(0)
     }
 }
 

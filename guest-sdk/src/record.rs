@@ -5,6 +5,7 @@
 
 use crate::error::Error;
 use crate::packed::{Batch, Entry, Header};
+use crate::ports::Input;
 
 /// One record of a batch, borrowed from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,11 +40,12 @@ impl<'a> Record<'a> {
     }
 }
 
-/// The records of one input batch, in arrival order.
+/// The records of one input batch, in arrival order, and the input they came from.
 ///
 /// Cheap to copy; iterate it with `for record in records` or [`Records::iter`].
 #[derive(Clone, Copy, Debug)]
 pub struct Records<'a> {
+    input: Input,
     data: &'a [u8],
     entries: &'a [Entry],
     /// Ordered by `entry`, so that each record's headers are one sub-slice.
@@ -51,7 +53,8 @@ pub struct Records<'a> {
 }
 
 impl<'a> Records<'a> {
-    /// Checks a batch's offsets and header order and views its records.
+    /// Checks a batch's offsets and header order and views its records, as a batch of
+    /// the first input.
     ///
     /// Fails, naming the record, if an offset points outside `data` or a header names
     /// a record the batch does not have, or if headers are not ordered by record
@@ -91,10 +94,22 @@ impl<'a> Records<'a> {
             previous = header.entry;
         }
         Ok(Self {
+            input: Input::FIRST,
             data,
             entries,
             headers,
         })
+    }
+
+    /// The same records, as a batch of `input`.
+    pub(crate) fn of_input(self, input: Input) -> Self {
+        Self { input, ..self }
+    }
+
+    /// The input the batch came from: compare it with the [`Input`]s
+    /// [`Config::input`](crate::Config::input) gave `init`.
+    pub fn input(&self) -> Input {
+        self.input
     }
 
     /// The number of records.

@@ -7,7 +7,8 @@ use crate::config::Config;
 use crate::emit::Emitter;
 use crate::error::Error;
 use crate::operator::Operator;
-use crate::packed::{Batch, StateChunk};
+use crate::packed::{self, Batch, StateChunk};
+use crate::ports::{Input, Ports};
 use crate::record::{Record, Records, sort_headers};
 use crate::snapshot;
 use crate::state::{Changes, Drained, KeyedState, StateImage};
@@ -40,6 +41,8 @@ const CHUNK_BYTES: usize = 1 << 20;
 pub struct Runner<O: Operator> {
     operator: O,
     state: O::State,
+    /// The names of the inputs and outputs `init` was given.
+    ports: Ports,
     /// The size of the last output, to size the next one without reallocating.
     last_output: (usize, usize),
     /// True after the chunk that completed a round: the next `snapshot` ends it.
@@ -57,45 +60,70 @@ pub struct OwnedRecord {
     pub timestamp: i64,
     /// Name and value of each header, in order.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The index of the output it goes to (0, the first, for a one-output operator).
+    pub output: u8,
 }
 
 impl<O: Operator> Runner<O> {
-    /// `init`: creates the operator from its configuration.
+    /// `init`: creates the operator from its configuration and the names of its
+    /// inputs and outputs ([`Config::with_inputs`], [`Config::with_outputs`]).
     pub fn init(config: Config) -> Result<Self, Error> {
+        config.ports().check()?;
         let (operator, state) = O::init(&config)?;
         Ok(Self {
             operator,
             state,
+            ports: config.ports().clone(),
             last_output: (0, 0),
             round_complete: false,
         })
     }
 
-    /// `process`: runs one packed batch and returns the packed output.
-    pub fn process(&mut self, batch: &Batch) -> Result<Batch, Error> {
+    /// `process`: runs one packed batch of input `input` (an index into the inputs
+    /// `init` was given) and returns the packed output with each record's output.
+    pub fn process_from(&mut self, input: u32, batch: &Batch) -> Result<packed::Emitted, Error> {
+        if input as usize >= self.ports.inputs.len() {
+            return Err(Error::new(format!(
+                "a batch came from input {input}, but the operator has {} inputs {}",
+                self.ports.inputs.len(),
+                crate::ports::Names(&self.ports.inputs)
+            )));
+        }
         let records = match Records::new(batch) {
-            Ok(records) => records,
+            Ok(records) => records.of_input(Input::new(input)),
             // Out-of-order headers are legal in the WIT, merely unusual: order a copy.
             Err(_) if !batch.headers.is_sorted_by_key(|h| h.entry) => {
                 let mut sorted = batch.clone();
                 sort_headers(&mut sorted);
-                return self.process(&sorted);
+                return self.process_from(input, &sorted);
             }
             Err(error) => return Err(error),
         };
         let mut out = self.emitter();
         self.operator.process(&mut self.state, records, &mut out)?;
-        Ok(self.finish(out))
+        self.finish(out)
     }
 
-    /// `on-watermark`: advances event time and returns what it completes, firing the
-    /// state's timers due at `watermark` first (see [`Operator::on_timer`]).
-    pub fn on_watermark(&mut self, watermark: i64) -> Result<Batch, Error> {
+    /// [`Runner::process_from`] the first input, returning only the records (whatever
+    /// output each goes to): the call of a one-input, one-output operator.
+    pub fn process(&mut self, batch: &Batch) -> Result<Batch, Error> {
+        Ok(self.process_from(0, batch)?.batch)
+    }
+
+    /// `on-watermark`: advances event time and returns what it completes, with each
+    /// record's output, firing the state's timers due at `watermark` first (see
+    /// [`Operator::on_timer`]).
+    pub fn on_watermark_emitted(&mut self, watermark: i64) -> Result<packed::Emitted, Error> {
         let mut out = self.emitter();
         self.fire_timers(watermark, &mut out)?;
         self.operator
             .on_watermark(&mut self.state, watermark, &mut out)?;
-        Ok(self.finish(out))
+        self.finish(out)
+    }
+
+    /// [`Runner::on_watermark_emitted`], returning only the records.
+    pub fn on_watermark(&mut self, watermark: i64) -> Result<Batch, Error> {
+        Ok(self.on_watermark_emitted(watermark)?.batch)
     }
 
     /// Calls `on_timer` for every timer at or before `watermark` registered before
@@ -188,14 +216,36 @@ impl<O: Operator> Runner<O> {
     /// Packs plain records, runs them through [`Runner::process`] and unpacks the
     /// output: the convenient form for tests and native callers.
     pub fn process_records(&mut self, records: &[Record<'_>]) -> Result<Vec<OwnedRecord>, Error> {
-        let output = self.process(&Batch::pack(records))?;
-        unpack(&output)
+        self.process_records_from(0, records)
+    }
+
+    /// [`Runner::process_records`] for input `input`: records of the input at that index
+    /// of [`Runner::inputs`].
+    pub fn process_records_from(
+        &mut self,
+        input: u32,
+        records: &[Record<'_>],
+    ) -> Result<Vec<OwnedRecord>, Error> {
+        let output = self.process_from(input, &Batch::pack(records))?;
+        unpack_emitted(&output)
     }
 
     /// [`Runner::on_watermark`] with the output unpacked.
     pub fn on_watermark_records(&mut self, watermark: i64) -> Result<Vec<OwnedRecord>, Error> {
-        let output = self.on_watermark(watermark)?;
-        unpack(&output)
+        let output = self.on_watermark_emitted(watermark)?;
+        unpack_emitted(&output)
+    }
+
+    /// The names of the inputs `init` was given: [`Runner::process_from`] takes an
+    /// index into them.
+    pub fn inputs(&self) -> &[String] {
+        &self.ports.inputs
+    }
+
+    /// The names of the outputs `init` was given: [`OwnedRecord::output`] is an index
+    /// into them.
+    pub fn outputs(&self) -> &[String] {
+        &self.ports.outputs
     }
 
     /// The operator, as `init` made it.
@@ -213,18 +263,42 @@ impl<O: Operator> Runner<O> {
         Emitter::with_capacity(records, data_bytes)
     }
 
-    fn finish(&mut self, out: Emitter) -> Batch {
-        let batch = out.into_batch();
+    /// Checks the outputs the operator named, as the host would, and sizes the next
+    /// output after this one.
+    fn finish(&mut self, out: Emitter) -> Result<packed::Emitted, Error> {
+        let emitted = out.into_emitted();
+        let outputs = self.ports.outputs.len();
+        if let Some(at) = emitted.outputs.iter().position(|&o| o as usize >= outputs) {
+            return Err(Error::new(format!(
+                "emitted record {at} to output {}, but the operator has {outputs} outputs {}: \
+                 emit only to an Output its own Config gave",
+                emitted.outputs[at],
+                crate::ports::Names(&self.ports.outputs)
+            )));
+        }
+        let batch = &emitted.batch;
         self.last_output = (batch.entries.len(), batch.data.len());
-        batch
+        Ok(emitted)
     }
 }
 
-/// Copies the records of a packed batch out into owned records.
+/// Copies the records of a packed batch out into owned records (all of output 0).
 pub fn unpack(batch: &Batch) -> Result<Vec<OwnedRecord>, Error> {
+    unpack_to(batch, &[])
+}
+
+/// Copies the records of what a call emitted out into owned records, each with its
+/// output.
+pub fn unpack_emitted(emitted: &packed::Emitted) -> Result<Vec<OwnedRecord>, Error> {
+    unpack_to(&emitted.batch, &emitted.outputs)
+}
+
+fn unpack_to(batch: &Batch, outputs: &[u8]) -> Result<Vec<OwnedRecord>, Error> {
     Ok(Records::new(batch)?
         .iter()
-        .map(|record| OwnedRecord {
+        .enumerate()
+        .map(|(index, record)| OwnedRecord {
+            output: outputs.get(index).copied().unwrap_or(0),
             key: record.key.map(<[u8]>::to_vec),
             value: record.value.to_vec(),
             timestamp: record.timestamp,
