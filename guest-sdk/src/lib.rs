@@ -75,6 +75,7 @@
 mod config;
 mod emit;
 mod error;
+pub mod join;
 pub mod json;
 pub mod log;
 mod operator;

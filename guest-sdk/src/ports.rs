@@ -127,7 +127,11 @@ impl Ports {
     }
 
     pub(crate) fn deny_unknown_inputs(&self, known: &[&str]) -> Result<(), Error> {
-        match self.inputs.iter().find(|input| !known.contains(&input.as_str())) {
+        match self
+            .inputs
+            .iter()
+            .find(|input| !known.contains(&input.as_str()))
+        {
             None => Ok(()),
             Some(input) => Err(Error::new(format!(
                 "operator was given an input named `{input}` it does not read; its inputs must \

@@ -4,7 +4,7 @@
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::collections::btree_map;
-use std::ops::Bound;
+use std::ops::{Bound, RangeBounds};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -176,6 +176,36 @@ impl<K: Ord + Clone, V> KeyedMap<K, V> {
     pub fn entries(&self, key: &[u8]) -> impl Iterator<Item = (&K, &V)> + use<'_, K, V> {
         self.keys
             .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|(entry, slot)| Some((entry, slot.value.as_ref()?)))
+    }
+
+    /// The entries under `key` whose entry keys lie in `range`, ordered by entry key.
+    ///
+    /// ```
+    /// use weir_guest::state::KeyedMap;
+    ///
+    /// let mut at = KeyedMap::<i64, &str>::default();
+    /// for (time, what) in [(5, "a"), (10, "b"), (15, "c")] {
+    ///     at.insert(b"k", time, what);
+    /// }
+    /// let middle: Vec<_> = at.range(b"k", 6..=15).map(|(_, v)| *v).collect();
+    /// assert_eq!(middle, ["b", "c"]);
+    /// ```
+    pub fn range<Q, R>(
+        &self,
+        key: &[u8],
+        range: R,
+    ) -> impl DoubleEndedIterator<Item = (&K, &V)> + use<'_, K, V, Q, R>
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+        R: RangeBounds<Q>,
+    {
+        self.keys
+            .get(key)
+            .map(|map| map.range::<Q, R>(range))
             .into_iter()
             .flatten()
             .filter_map(|(entry, slot)| Some((entry, slot.value.as_ref()?)))
