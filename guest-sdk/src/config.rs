@@ -12,7 +12,7 @@ use crate::ports::{Input, Output, Ports};
 /// Configuration pairs and port names handed to [`Operator::init`](crate::Operator::init).
 ///
 /// A configuration built natively ([`Config::new`], [`Config::from_pairs`]) has one
-/// input, `input`, and one output, `output`, until [`with_inputs`](Config::with_inputs)
+/// input, `in`, and one output, `out`, until [`with_inputs`](Config::with_inputs)
 /// and [`with_outputs`](Config::with_outputs) name others.
 ///
 /// ```

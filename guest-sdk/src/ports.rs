@@ -54,9 +54,10 @@ pub(crate) struct Ports {
     pub(crate) outputs: Vec<String>,
 }
 
-/// What a natively built [`Config`](crate::Config) names its one input and output.
-pub(crate) const DEFAULT_INPUT: &str = "input";
-pub(crate) const DEFAULT_OUTPUT: &str = "output";
+/// What a natively built [`Config`](crate::Config) names its one input and output
+/// (`out` is also the job file's default output).
+pub(crate) const DEFAULT_INPUT: &str = "in";
+pub(crate) const DEFAULT_OUTPUT: &str = "out";
 
 impl Default for Ports {
     fn default() -> Self {

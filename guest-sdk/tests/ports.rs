@@ -66,8 +66,8 @@ fn values_and_outputs(
 #[test]
 fn an_operator_that_ignores_ports_has_one_input_and_one_output() {
     let mut runner = Runner::<Fork>::init(Config::default()).unwrap();
-    assert_eq!(runner.inputs(), ["input"]);
-    assert_eq!(runner.outputs(), ["output"]);
+    assert_eq!(runner.inputs(), ["in"]);
+    assert_eq!(runner.outputs(), ["out"]);
     let batch = weir_guest::packed::Batch::pack(&[record("a"), record("late")]);
     let emitted = runner.process_from(0, &batch).unwrap();
     assert_eq!(emitted.batch.len(), 2);
