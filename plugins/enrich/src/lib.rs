@@ -1,0 +1,196 @@
+//! Enriches each click with the profile of its user: a stream–table join on the SDK's
+//! `join::Table`, keyed by user id.
+//!
+//! Inputs (the operator's `inputs` in the job file):
+//! - `clicks`, a stream: JSON objects (`{"user":"u1","page":"/"}`) keyed by user id;
+//! - `users`, a table (`table = true`): key = user id, value = the profile as a JSON
+//!   object; an empty value (a tombstone) removes the user, and so does a value that is
+//!   not a JSON object (logged: the table holds the latest row, and that row is unusable).
+//!
+//! Outputs: the first gets each click, keyed by its user id with its timestamp and
+//! headers, its value the click's fields, then the profile's fields (prefixed by
+//! `prefix`; they replace a click field of the same name), then `"matched": true`; a
+//! click whose user has no profile gets only `"matched": false`. Fields come in name
+//! order, compact. An output named `invalid`, if present, gets clicks that are not JSON
+//! objects unchanged (otherwise they are dropped, and counted).
+//!
+//! Config (`[operators.config]`, all optional): `fields` (the profile fields to copy,
+//! comma-separated; default all), `prefix` (put before each copied field's name;
+//! default none), `matched_field` (the name of the marker; default `matched`),
+//! `unmatched` (`emit`, the default, or `drop`: what becomes of a click without a
+//! profile).
+
+use serde_json::{Map, Value};
+use weir_guest::join::Table;
+use weir_guest::{Config, Emitter, Error, Input, Operator, Output, Record, Records};
+
+/// The operator: its configuration and counters.
+#[derive(Debug)]
+pub struct Enrich {
+    users: Input,
+    invalid: Option<Output>,
+    fields: Option<Vec<String>>,
+    prefix: String,
+    matched_field: String,
+    drop_unmatched: bool,
+    /// Clicks dropped as not JSON objects, for want of an `invalid` output.
+    invalid_clicks: u64,
+    /// Profile rows that were not JSON objects (and removed their user).
+    invalid_rows: u64,
+}
+
+impl Enrich {
+    /// Clicks this instance dropped because they were not JSON objects.
+    pub fn invalid_clicks(&self) -> u64 {
+        self.invalid_clicks
+    }
+
+    /// Profile rows this instance took as removals because they were not JSON objects.
+    pub fn invalid_rows(&self) -> u64 {
+        self.invalid_rows
+    }
+
+    /// Applies one update of the `users` table.
+    fn update(&mut self, users: &mut Table, row: &Record<'_>) {
+        let valid =
+            row.value.is_empty() || serde_json::from_slice::<Map<String, Value>>(row.value).is_ok();
+        if !valid {
+            if self.invalid_rows == 0 {
+                weir_guest::warn!(
+                    "enrich removes users whose profile is not a JSON object; the first is key \
+                     b\"{}\"",
+                    row.key.unwrap_or_default().escape_ascii()
+                );
+            }
+            self.invalid_rows += 1;
+            users.remove(row.key.unwrap_or_default());
+            return;
+        }
+        users.update(row, <[u8]>::to_vec);
+    }
+
+    /// Emits one click, enriched, unmatched, or to `invalid`.
+    fn click(&mut self, users: &Table, click: &Record<'_>, out: &mut Emitter) {
+        let Ok(mut fields) = serde_json::from_slice::<Map<String, Value>>(click.value) else {
+            match self.invalid {
+                Some(invalid) => out.forward_to(invalid, click),
+                None => {
+                    if self.invalid_clicks == 0 {
+                        weir_guest::warn!(
+                            "enrich drops clicks that are not JSON objects and has no `invalid` \
+                             output; the first at timestamp {}",
+                            click.timestamp
+                        );
+                    }
+                    self.invalid_clicks += 1;
+                }
+            }
+            return;
+        };
+        // A row is a JSON object when it is stored; one restored from elsewhere may not be.
+        let profile = users
+            .lookup(click)
+            .and_then(|row| serde_json::from_slice::<Map<String, Value>>(row).ok());
+        if profile.is_none() && self.drop_unmatched {
+            return;
+        }
+        let matched = profile.is_some();
+        for (name, value) in profile.into_iter().flatten() {
+            if self
+                .fields
+                .as_ref()
+                .is_none_or(|wanted| wanted.contains(&name))
+            {
+                fields.insert(format!("{}{name}", self.prefix), value);
+            }
+        }
+        fields.insert(self.matched_field.clone(), Value::Bool(matched));
+        let mut emitted = out.emit_with(click.key, click.timestamp, |value| {
+            serde_json::to_writer(value, &fields).expect("a JSON map always serializes");
+        });
+        for header in click.headers {
+            emitted = emitted.header(&header.name, &header.value);
+        }
+    }
+}
+
+impl Operator for Enrich {
+    type State = Table;
+
+    fn init(config: &Config) -> Result<(Self, Table), Error> {
+        config.deny_unknown(&["fields", "prefix", "matched_field", "unmatched"])?;
+        config.deny_unknown_inputs(&["clicks", "users"])?;
+        config.input("clicks")?;
+        let users = config.input("users")?;
+        let fields = config.get("fields").map(|list| {
+            list.split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        });
+        if fields.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Error::new(
+                "operator config `fields` names no field: list the profile fields to copy, \
+                 comma-separated (e.g. \"name,country\"), or leave it out to copy all",
+            ));
+        }
+        let matched_field = config.get("matched_field").unwrap_or("matched").to_owned();
+        if matched_field.is_empty() {
+            return Err(Error::new(
+                "operator config `matched_field` is empty: name the field that says whether \
+                 a profile was found (default `matched`)",
+            ));
+        }
+        let drop_unmatched = match config.get("unmatched").map(str::trim) {
+            None | Some("emit") => false,
+            Some("drop") => true,
+            Some(other) => {
+                return Err(Error::new(format!(
+                    "operator config `unmatched` = {other:?} is not valid: expected `emit` (the \
+                     default: a click without a profile is emitted with `matched_field` false) \
+                     or `drop`"
+                )));
+            }
+        };
+        let invalid = config.find_output("invalid");
+        if invalid == Some(Output::FIRST) {
+            return Err(Error::new(format!(
+                "the first output gets the enriched clicks, but it is named `invalid`, the \
+                 output for clicks that are not JSON objects; its outputs are {:?}: put another \
+                 output first",
+                config.outputs()
+            )));
+        }
+        let enrich = Enrich {
+            users,
+            invalid,
+            fields,
+            prefix: config.get("prefix").unwrap_or_default().to_owned(),
+            matched_field,
+            drop_unmatched,
+            invalid_clicks: 0,
+            invalid_rows: 0,
+        };
+        Ok((enrich, Table::default()))
+    }
+
+    fn process(
+        &mut self,
+        users: &mut Table,
+        records: Records<'_>,
+        out: &mut Emitter,
+    ) -> Result<(), Error> {
+        let from_users = records.input() == self.users;
+        for record in records {
+            if from_users {
+                self.update(users, &record);
+            } else {
+                self.click(users, &record, out);
+            }
+        }
+        Ok(())
+    }
+}
+
+weir_guest::export_operator!(Enrich);
