@@ -91,6 +91,11 @@ pub mod window;
 #[doc(hidden)]
 pub mod glue;
 
+/// The README's Rust examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 pub use config::Config;
 pub use emit::{Emitted, Emitter, ValueWriter};
 pub use error::Error;
