@@ -379,7 +379,7 @@ fn a_missing_sink_or_dead_letter_topic_is_refused_by_name() {
         let mut child = job::start(&job.path(), &log, &[]);
         let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir exits");
         let text = job::read_log(&log);
-        let (key, topic) = if missing_dlq { ("dead_letter_topic", &dlq) } else { ("[sink] topic", &job.output) };
+        let (key, topic) = if missing_dlq { ("dead_letter_topic", &dlq) } else { ("sink topic", &job.output) };
         assert!(!status.success(), "ran without its {key}:\n{text}");
         assert!(text.contains(key) && text.contains(topic.as_str()) && text.contains("does not exist"), "unclear error:\n{text}");
         assert!(!support::topic_exists(topic), "the broker created `{topic}`");

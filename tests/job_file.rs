@@ -142,15 +142,15 @@ fn full_file_parses_into_what_it_says() {
     assert_eq!(job.checkpoint_interval(), std::time::Duration::from_secs(1));
     assert_eq!(job.state_dir, base.join("state/clicks"));
 
-    assert_eq!(job.source.brokers, "127.0.0.1:9092");
-    assert_eq!(job.source.topic, "clicks");
-    assert_eq!(job.source.start, Start::Latest);
-    assert_eq!(job.source.max_out_of_orderness_ms, 250);
-    assert_eq!(job.source.idle_timeout(), Some(std::time::Duration::from_secs(30)));
+    assert_eq!(job.sources[0].brokers, "127.0.0.1:9092");
+    assert_eq!(job.sources[0].topic, "clicks");
+    assert_eq!(job.sources[0].start, Start::Latest);
+    assert_eq!(job.sources[0].max_out_of_orderness_ms, 250);
+    assert_eq!(job.sources[0].idle_timeout(), Some(std::time::Duration::from_secs(30)));
     let source_kafka: BTreeMap<String, String> = [("client.rack", "r1"), ("fetch.min.bytes", "1")]
         .map(|(k, v)| (k.into(), v.into()))
         .into();
-    assert_eq!(job.source.kafka, source_kafka);
+    assert_eq!(job.sources[0].kafka, source_kafka);
 
     let names: Vec<&str> = job.operators.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, ["parse", "count"]);
@@ -176,12 +176,12 @@ fn full_file_parses_into_what_it_says() {
     .into();
     assert_eq!(count.config, config);
 
-    assert_eq!(job.sink.brokers, "127.0.0.1:9092");
-    assert_eq!(job.sink.topic, "counts");
-    assert_eq!(job.sink.delivery, Delivery::ExactlyOnce);
-    assert_eq!(job.sink.dead_letter_topic.as_deref(), Some("clicks-dlq"));
-    assert_eq!(job.sink.kafka["linger.ms"], "5");
-    assert_eq!(job.sink.kafka["transaction.timeout.ms"], "30000");
+    assert_eq!(job.producer.brokers, "127.0.0.1:9092");
+    assert_eq!(job.sinks[0].topic, "counts");
+    assert_eq!(job.producer.delivery, Delivery::ExactlyOnce);
+    assert_eq!(job.producer.dead_letter_topic.as_deref(), Some("clicks-dlq"));
+    assert_eq!(job.producer.kafka["linger.ms"], "5");
+    assert_eq!(job.producer.kafka["transaction.timeout.ms"], "30000");
 
     assert_eq!(job.restarts.max, 3);
     assert_eq!(job.restarts.window_ms, 60_000);
@@ -193,17 +193,17 @@ fn full_file_parses_into_what_it_says() {
 fn minimal_file_gets_the_documented_defaults() {
     let job = parse(MINIMAL).expect("the minimal job file is valid");
     assert_eq!(job.state_dir, Path::new("/var/lib/weir/minimal"));
-    assert_eq!(job.source.start, Start::Earliest);
-    assert_eq!(job.source.max_out_of_orderness_ms, 0);
-    assert_eq!(job.source.idle_timeout_ms, None, "no partition is ever idle unless asked");
-    assert!(job.source.kafka.is_empty());
+    assert_eq!(job.sources[0].start, Start::Earliest);
+    assert_eq!(job.sources[0].max_out_of_orderness_ms, 0);
+    assert_eq!(job.sources[0].idle_timeout_ms, None, "no partition is ever idle unless asked");
+    assert!(job.sources[0].kafka.is_empty());
     let op = &job.operators[0];
     assert!(!op.key_by);
     assert_eq!((op.memory_limit_mb, op.call_timeout_ms), (64, 1000));
     assert!(op.config.is_empty());
-    assert_eq!(job.sink.delivery, Delivery::ExactlyOnce);
-    assert_eq!(job.sink.dead_letter_topic, None);
-    assert!(job.sink.kafka.is_empty());
+    assert_eq!(job.producer.delivery, Delivery::ExactlyOnce);
+    assert_eq!(job.producer.dead_letter_topic, None);
+    assert!(job.producer.kafka.is_empty());
     assert_eq!(job.restarts, job::Restarts::default());
     assert!(!job.scale_out, "one process unless asked");
     assert_eq!(
@@ -224,7 +224,7 @@ fn at_least_once_delivery_is_accepted() {
         r#"delivery = "exactly-once""#,
         r#"delivery = "at-least-once""#,
     );
-    assert_eq!(parse(&text).unwrap().sink.delivery, Delivery::AtLeastOnce);
+    assert_eq!(parse(&text).unwrap().producer.delivery, Delivery::AtLeastOnce);
 }
 
 #[test]
@@ -287,12 +287,12 @@ fn missing_required_keys_are_named() {
 
     // Whole tables.
     let without_sink = MINIMAL.split("[sink]").next().unwrap();
-    assert_contains(&error_of(without_sink), &["missing field `sink`"]);
+    assert_contains(&error_of(without_sink), &["missing [sink]"]);
     let without_source = MINIMAL.replace(
         "[source]\nbrokers = \"127.0.0.1:9092\"\ntopic = \"clicks\"\n",
         "",
     );
-    assert_contains(&error_of(&without_source), &["missing field `source`"]);
+    assert_contains(&error_of(&without_source), &["missing [source]"]);
     let without_operators = MINIMAL.replace(
         "[[operators]]\nname = \"count\"\nplugin = \"plugins/window-count.wasm\"\n",
         "",
@@ -501,8 +501,8 @@ fn tunable_defaults_yield_to_the_job_file_in_the_built_clients() {
     use rdkafka::producer::BaseProducer;
 
     let defaults = parse(MINIMAL).unwrap();
-    let sink = |job: &Job| weir::sink::config::client_config(&job.name, &job.sink.brokers, true, &job.sink.kafka);
-    let source = |job: &Job| weir::source::config::client_config(&job.source.brokers, &job.name, &job.source.kafka);
+    let sink = |job: &Job| weir::sink::config::client_config(&job.name, &job.producer.brokers, true, &job.producer.kafka);
+    let source = |job: &Job| weir::source::config::client_config(&job.sources[0].brokers, &job.name, &job.sources[0].kafka);
     let producer = sink(&defaults);
     assert_eq!(producer.get("linger.ms"), Some("5"));
     assert_eq!(producer.get("partitioner"), Some("murmur2_random"));
@@ -590,7 +590,7 @@ fn reading_back_the_source_topic_is_refused() {
         r#"dead_letter_topic = "clicks-dlq""#,
         r#"dead_letter_topic = "clicks""#,
     );
-    assert_contains(&error_of(&text), &["[sink] dead_letter_topic is `clicks`"]);
+    assert_contains(&error_of(&text), &["dead_letter_topic is `clicks`"]);
 }
 
 #[test]
@@ -610,4 +610,141 @@ fn syntax_errors_and_unreadable_files_name_the_file() {
         &message,
         &[&format!("job file {}", missing.display()), "cannot read it"],
     );
+}
+
+/// A graph job: clicks enriched from a users table, then counted per country; a router
+/// sends the enriched clicks to two topics and late ones to a third.
+const GRAPH: &str = r#"name = "enrich"
+parallelism = 2
+checkpoint_interval_ms = 1000
+state_dir = "state"
+
+[[sources]]
+name = "clicks"
+brokers = "127.0.0.1:9092"
+topic = "clicks"
+
+[[sources]]
+name = "users"
+brokers = "127.0.0.1:9092"
+topic = "users"
+table = true
+
+[[operators]]
+name = "enrich"
+plugin = "plugins/parse.wasm"
+key_by = true
+inputs = ["clicks", "users"]
+
+[[operators]]
+name = "route"
+plugin = "plugins/parse.wasm"
+inputs = ["enrich"]
+outputs = ["eu", "us", "late"]
+
+[[operators]]
+name = "count"
+plugin = "plugins/window-count.wasm"
+key_by = true
+inputs = ["route/eu", "route/us"]
+
+[[sinks]]
+name = "eu"
+topic = "clicks-eu"
+from = ["route"]
+
+[[sinks]]
+name = "us"
+topic = "clicks-us"
+from = ["route/us"]
+
+[[sinks]]
+name = "late"
+topic = "clicks-late"
+from = ["route/late"]
+
+[[sinks]]
+name = "counts"
+topic = "counts"
+from = ["count"]
+
+[producer]
+brokers = "127.0.0.1:9092"
+dead_letter_topic = "dlq"
+"#;
+
+#[test]
+fn a_graph_job_parses_into_its_sources_operators_and_sinks() {
+    let job = parse(GRAPH).expect("the graph job is valid");
+    let names = |items: Vec<&str>| items.into_iter().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(job.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["clicks", "users"]);
+    assert!(job.sources[1].table && !job.sources[0].table);
+    assert_eq!(job.operators[0].inputs, names(vec!["clicks", "users"]));
+    assert_eq!(job.operators[0].outputs, names(vec!["out"]));
+    assert_eq!(job.operators[1].outputs, names(vec!["eu", "us", "late"]));
+    assert_eq!(job.port("route/late"), Some(job::Port::Operator { stage: 1, output: 2 }));
+    assert_eq!(job.port("route"), Some(job::Port::Operator { stage: 1, output: 0 }));
+    assert_eq!(job.port("users"), Some(job::Port::Source(1)));
+    assert_eq!(job.port("route/none"), None);
+    let readers = job.readers_of(job::Port::Operator { stage: 1, output: 0 });
+    assert_eq!(readers, [job::Input::Operator { stage: 2, input: 0 }, job::Input::Sink(0)]);
+    assert_eq!(job.sinks.iter().map(|s| s.topic.as_str()).collect::<Vec<_>>(), ["clicks-eu", "clicks-us", "clicks-late", "counts"]);
+    assert_eq!(job.producer.dead_letter_topic.as_deref(), Some("dlq"));
+    assert_eq!(job.producer.delivery, Delivery::ExactlyOnce);
+}
+
+#[test]
+fn a_chain_job_is_the_graph_of_its_chain() {
+    let job = parse(FULL).expect("the full job file is valid");
+    assert_eq!(job.sources.len(), 1);
+    assert_eq!(job.sources[0].name, "source");
+    assert_eq!(job.operators[0].inputs, ["source"]);
+    assert_eq!(job.operators[1].inputs, [job.operators[0].name.clone()]);
+    assert_eq!(job.sinks.len(), 1);
+    assert_eq!(job.sinks[0].from, [job.operators.last().unwrap().name.clone()]);
+}
+
+#[test]
+fn graph_errors_name_the_line_and_what_to_do() {
+    let at = |line: &str| format!("line {}:", line_of(GRAPH, line));
+    let cases: Vec<(String, Vec<String>)> = vec![
+        // An unknown input, and an unknown output of a known operator.
+        (GRAPH.replace(r#"inputs = ["clicks", "users"]"#, r#"inputs = ["clicks", "userz"]"#), vec!["`userz`, which is no source or operator".into()]),
+        (GRAPH.replace(r#"from = ["route/late"]"#, r#"from = ["route/lat"]"#), vec!["operator `route` has no output `lat`".into()]),
+        // A name used twice across sources, operators and sinks.
+        (GRAPH.replace("name = \"counts\"", "name = \"enrich\""), vec!["two entries are named `enrich`".into()]),
+        // A cycle: enrich reads count, which reads enrich through the router.
+        (GRAPH.replace(r#"inputs = ["clicks", "users"]"#, r#"inputs = ["clicks", "users", "count"]"#), vec!["in a cycle".into(), "enrich".into()]),
+        // An output nobody reads, and a source nobody reads.
+        (GRAPH.replace(r#"from = ["route/late"]"#, r#"from = ["route/us"]"#), vec!["output `late` of operator `route` is read by no operator or sink".into()]),
+        (GRAPH.replace(r#"inputs = ["clicks", "users"]"#, r#"inputs = ["clicks"]"#), vec!["source `users` is read by no operator or sink".into()]),
+        // A table read by an operator that is not key_by.
+        (GRAPH.replacen("key_by = true\ninputs = [\"clicks\", \"users\"]", "inputs = [\"clicks\", \"users\"]", 1), vec!["reads table `users` but is not key_by".into()]),
+        // A sink writing a topic the job reads.
+        (GRAPH.replace(r#"topic = "clicks-late""#, r#"topic = "users""#), vec!["`users`, a topic the job reads".into()]),
+        // An operator without inputs.
+        (GRAPH.replace(r#"inputs = ["enrich"]"#, ""), vec!["`route` has no inputs".into()]),
+    ];
+    for (text, parts) in &cases {
+        let message = error_of(text);
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        assert_contains(&message, &parts);
+    }
+    // The line is the entry's: the operator with the unknown input, the duplicate sink.
+    // The line is that of the entry at fault: the first [[operators]], here.
+    let message = error_of(&cases[0].0);
+    assert!(message.contains(&at("[[operators]]")), "{message}");
+
+    let mixed = format!("{GRAPH}\n[sink]\nbrokers = \"127.0.0.1:9092\"\ntopic = \"x\"\n");
+    assert_contains(&error_of(&mixed), &["mixes the chain form"]);
+    let no_producer = GRAPH.replace("[producer]\nbrokers = \"127.0.0.1:9092\"\ndead_letter_topic = \"dlq\"\n", "");
+    assert_contains(&error_of(&no_producer), &["needs a [producer] table"]);
+    let chain_with_inputs = edit(MINIMAL, r#"plugin = "plugins/window-count.wasm""#, "plugin = \"plugins/window-count.wasm\"\ninputs = [\"x\"]");
+    assert_contains(&error_of(&chain_with_inputs), &["belong to the graph form"]);
+    let other_cluster = GRAPH.replacen("brokers = \"127.0.0.1:9092\"\ntopic = \"users\"", "brokers = \"10.0.0.1:9092\"\ntopic = \"users\"", 1);
+    assert_contains(&error_of(&other_cluster), &["all sources are on one cluster"]);
+    let latest_table = GRAPH.replace("table = true", "table = true\nstart = \"latest\"");
+    assert_contains(&error_of(&latest_table), &["a table is read from its start"]);
+    let scaled = GRAPH.replace("state_dir = \"state\"", "state_dir = \"state\"\nscale_out = true");
+    assert_contains(&error_of(&scaled), &["scale_out = true with several [[sources]]"]);
 }

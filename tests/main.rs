@@ -17,6 +17,7 @@ mod checkpoint_format;
 mod engine_broker_restart;
 mod engine_exactly_once;
 mod engine_failures;
+mod engine_graph;
 mod engine_scale_out;
 mod job_file;
 mod operator_c_go;

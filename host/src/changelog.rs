@@ -105,7 +105,7 @@ pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>,
             "the changelog topic `{topic}` on {} does not exist, but Kafka's committed offsets name checkpoint {n}: \
              the job's state is gone from Kafka. Restore the topic, or start over deliberately with empty state by \
              deleting consumer group `{}`",
-            job.sink.brokers, job.name
+            job.producer.brokers, job.name
         ))),
         (Some(found), _) if found != key_groups.count() => Err(wrong_partitions(job, &topic, found, key_groups)),
         (Some(_), checkpoint) => {
@@ -113,7 +113,7 @@ pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>,
             if let Some(local) = local {
                 return holds(job, &topic, key_groups, local);
             }
-            if checkpoint.is_some() || job.sink.delivery == Delivery::AtLeastOnce {
+            if checkpoint.is_some() || job.producer.delivery == Delivery::AtLeastOnce {
                 // At-least-once writes the changelog outside transactions, so a run killed
                 // before its first offset commit leaves records; it never rebuilds from them.
                 return Ok(Prepared::Ready);
@@ -131,7 +131,7 @@ fn check_compacted(job: &Job, topic: &str) -> Result<(), TaskFailure> {
             "the changelog topic `{topic}` on {} has cleanup.policy={policy}, but a changelog must be \
              compacted and nothing else (with `delete`, retention drops state that was never \
              overwritten): set cleanup.policy=compact on it",
-            job.sink.brokers
+            job.producer.brokers
         )));
     }
     Ok(())
@@ -147,7 +147,7 @@ pub(crate) fn create_shard(job: &Job, key_groups: KeyGroups, committed: bool) ->
             "the changelog topic `{topic}` on {} does not exist, but Kafka's committed offsets name checkpoints of \
              this process's partitions: the job's state is gone from Kafka. Restore the topic, or start over \
              deliberately with empty state by deleting consumer group `{}`",
-            job.sink.brokers, job.name
+            job.producer.brokers, job.name
         )));
     }
     create(job, &topic, key_groups)
@@ -236,7 +236,7 @@ fn wait_resolved(job: &Job, topic: &str, partitions: &[i32], on_stuck: impl FnOn
     let partitions: BTreeSet<i32> = partitions.iter().copied().collect();
     let ends: BTreeMap<i32, i64> = Ends::new(job)?.of(&partitions)?.into_iter().collect();
     let stable = Ends::stable(job)?;
-    let timeout_ms = job.sink.kafka.get("transaction.timeout.ms").and_then(|ms| ms.trim().parse().ok());
+    let timeout_ms = job.producer.kafka.get("transaction.timeout.ms").and_then(|ms| ms.trim().parse().ok());
     let started = Instant::now();
     let deadline = started + Duration::from_millis(timeout_ms.unwrap_or(crate::job::DEFAULT_TRANSACTION_TIMEOUT_MS)) + REQUEST_TIMEOUT;
     let mut on_stuck = Some(on_stuck);
@@ -272,7 +272,7 @@ pub(crate) fn earlier_state(job: &Job, input: i32, (partition, offset): (i32, i6
          topic deletes the job's state)",
         topic(job),
         job.name,
-        job.source.topic
+        job.sources[0].topic
     ))
 }
 
@@ -313,7 +313,7 @@ fn holds(job: &Job, topic: &str, key_groups: KeyGroups, local: &Local) -> Result
          it recorded offset {position} of partition {partition}, past the partition's end ({}), and the topic \
          holds records of its own. Delete the topic (weir writes it again from the state_dir), or start over \
          deliberately with empty state by deleting consumer group `{}` and the topic",
-        job.sink.brokers,
+        job.producer.brokers,
         local.base.n,
         ends.get(&partition).copied().unwrap_or_default(),
         job.name
@@ -424,7 +424,7 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
         )));
     };
     let tail = tail_start(job, &topic, partitions, base)?;
-    if job.sink.delivery == Delivery::AtLeastOnce {
+    if job.producer.delivery == Delivery::AtLeastOnce {
         // Written outside transactions, the changelog may hold changes of the checkpoint
         // after `n`, and its last checkpoint record with them: the store keeps `n`'s
         // entry, and the state may run ahead of it, as at-least-once allows.
@@ -487,7 +487,7 @@ fn tail_start(job: &Job, topic: &str, partitions: u32, base: &StateBase) -> Resu
              topic was recreated or truncated outside weir, and the state it lost cannot be rebuilt from it: \
              restore the topic, or start over deliberately with empty state by deleting consumer group `{}` and \
              the topic",
-            job.sink.brokers,
+            job.producer.brokers,
             base.n,
             job.name
         )));
@@ -523,7 +523,7 @@ fn replay(
             "replayed keyed state from {what}"
         );
     };
-    if job.sink.delivery == Delivery::AtLeastOnce {
+    if job.producer.delivery == Delivery::AtLeastOnce {
         store.mark_state(n, &positions)?;
         done(what);
         return Ok(());
@@ -715,7 +715,7 @@ fn reader_for(job: &Job, topic: &str, partitions: impl Iterator<Item = (i32, Off
 fn client(job: &Job) -> Result<BaseConsumer, TaskFailure> {
     client_config(job)
         .create()
-        .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.sink.brokers)))
+        .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.producer.brokers)))
 }
 
 /// The changelog's partition count; `None` if the topic does not exist.
@@ -723,7 +723,7 @@ fn partition_count(job: &Job, topic: &str) -> Result<Option<u32>, TaskFailure> {
     let consumer = client(job)?;
     let metadata = consumer
         .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-        .map_err(|e| TaskFailure::Kafka(format!("reading the metadata of the changelog topic `{topic}` on {}: {e}", job.sink.brokers)))?;
+        .map_err(|e| TaskFailure::Kafka(format!("reading the metadata of the changelog topic `{topic}` on {}: {e}", job.producer.brokers)))?;
     let found = metadata.topics().iter().find(|t| t.name() == topic);
     Ok(match found {
         Some(t) if t.error().is_none() && !t.partitions().is_empty() => Some(t.partitions().len() as u32),
@@ -733,7 +733,7 @@ fn partition_count(job: &Job, topic: &str) -> Result<Option<u32>, TaskFailure> {
 
 /// The changelog's setting `key`, as the broker describes it (empty if it has none).
 fn topic_config(job: &Job, topic: &str, key: &str) -> Result<String, TaskFailure> {
-    let kafka = |e: String| TaskFailure::Kafka(format!("describing the changelog topic `{topic}` on {}: {e}", job.sink.brokers));
+    let kafka = |e: String| TaskFailure::Kafka(format!("describing the changelog topic `{topic}` on {}: {e}", job.producer.brokers));
     let admin = admin(job)?;
     let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
     let results = runtime()?
@@ -746,7 +746,7 @@ fn topic_config(job: &Job, topic: &str, key: &str) -> Result<String, TaskFailure
 fn admin(job: &Job) -> Result<AdminClient<DefaultClientContext>, TaskFailure> {
     client_config(job)
         .create()
-        .map_err(|e| TaskFailure::Kafka(format!("creating an admin client for {}: {e}", job.sink.brokers)))
+        .map_err(|e| TaskFailure::Kafka(format!("creating an admin client for {}: {e}", job.producer.brokers)))
 }
 
 /// A runtime for one admin call: the admin API is async, recovery is not.
@@ -765,7 +765,7 @@ fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailu
     let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT)).request_timeout(Some(REQUEST_TIMEOUT));
     let results = runtime()?
         .block_on(admin.create_topics([&new], &options))
-        .map_err(|e| TaskFailure::Kafka(format!("creating the changelog topic `{topic}` on {}: {e}", job.sink.brokers)))?;
+        .map_err(|e| TaskFailure::Kafka(format!("creating the changelog topic `{topic}` on {}: {e}", job.producer.brokers)))?;
     for result in results {
         match result {
             Ok(_) => {}
@@ -775,7 +775,7 @@ fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailu
                 return Err(TaskFailure::Kafka(format!(
                     "creating the changelog topic `{topic}` ({partitions} partitions, compacted) on {}: {code}; create \
                      it yourself, or grant weir the right to",
-                    job.sink.brokers
+                    job.producer.brokers
                 )));
             }
         }
@@ -788,7 +788,7 @@ fn wrong_partitions(job: &Job, topic: &str, found: u32, key_groups: KeyGroups) -
     TaskFailure::Incompatible(format!(
         "the changelog topic `{topic}` on {} has {found} partitions but the job has {} key groups, one partition \
          each: it is another job's changelog or was changed outside weir; set changelog_topic to this job's",
-        job.sink.brokers,
+        job.producer.brokers,
         key_groups.count()
     ))
 }
@@ -796,7 +796,7 @@ fn wrong_partitions(job: &Job, topic: &str, found: u32, key_groups: KeyGroups) -
 /// Clients of the changelog: on the sink's brokers (its transactions write it), with
 /// the job's `[source.kafka]` properties (security settings, say).
 fn client_config(job: &Job) -> ClientConfig {
-    source::config::client_config(&job.sink.brokers, &job.name, &job.source.kafka)
+    source::config::client_config(&job.producer.brokers, &job.name, job.source_kafka())
 }
 
 /// Reads where changelog partitions end, just before a checkpoint's commit and on a
@@ -813,7 +813,7 @@ impl Ends {
     pub(crate) fn stable(job: &Job) -> Result<Ends, TaskFailure> {
         let consumer = client_config(job)
             .create()
-            .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.sink.brokers)))?;
+            .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.producer.brokers)))?;
         Ok(Ends { consumer, topic: topic(job) })
     }
 
@@ -823,7 +823,7 @@ impl Ends {
         let consumer = client_config(job)
             .set("isolation.level", "read_uncommitted")
             .create()
-            .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.sink.brokers)))?;
+            .map_err(|e| TaskFailure::Kafka(format!("creating a client for {}: {e}", job.producer.brokers)))?;
         Ok(Ends { consumer, topic: topic(job) })
     }
 

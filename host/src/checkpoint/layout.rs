@@ -85,7 +85,7 @@ impl TaskId {
     /// Whether a job of `shape` has this task.
     fn fits(&self, shape: &Shape) -> bool {
         match *self {
-            TaskId::Source { index } => index < shape.parallelism,
+            TaskId::Source { index } => index < shape.parallelism.saturating_mul(shape.sources()),
             TaskId::Operator { stage, subtask } => (stage as usize) < shape.operators.len() && subtask < shape.parallelism,
         }
     }
@@ -109,7 +109,16 @@ pub struct Shape {
     /// `None` in formats 0 and 1, whose state was per subtask.
     pub key_groups: Option<u32>,
     pub operators: Vec<String>,
+    /// The input topic, or a job graph's input topics in source order joined by `,`
+    /// (which no topic name holds): the order fixes the ids of their partitions.
     pub source_topic: String,
+}
+
+impl Shape {
+    /// How many sources the job reads: `parallelism` source tasks each.
+    pub fn sources(&self) -> u32 {
+        u32::try_from(self.source_topic.split(',').count()).unwrap_or(u32::MAX)
+    }
 }
 
 /// An operator subtask's entry: the event time it had reached and, in formats 0 and

@@ -31,18 +31,19 @@ pub enum TaskFailure {
     Operator { error: Box<OperatorError>, origins: Vec<Origin> },
     #[error(
         "record {topic}/{partition}@{offset} crashed the plugin again after a restart: {error}; \
-         set [sink].dead_letter_topic to divert such records and keep the job running",
-        partition = origin.partition, offset = origin.offset
+         set dead_letter_topic ([sink] or [producer]) to divert such records and keep the job running",
+        offset = origin.offset
     )]
-    Poison { topic: String, origin: Origin, error: String },
+    /// `origin` names the record by input id; `topic` and `partition` as Kafka does.
+    Poison { topic: String, partition: i32, origin: Origin, error: String },
     /// As `Poison`, with a dead-letter topic configured: the next attempt sends the
     /// record there unprocessed.
     #[error(
         "record {topic}/{partition}@{offset} crashed the plugin again after a restart: {error}; \
          restarting to send it to the dead-letter topic",
-        partition = origin.partition, offset = origin.offset
+        offset = origin.offset
     )]
-    Poisoned { topic: String, origin: Origin, error: String },
+    Poisoned { topic: String, partition: i32, origin: Origin, error: String },
     #[error("{0}")]
     Store(StoreError),
     #[error("checkpoint {n} did not complete within {}s", timeout.as_secs())]

@@ -1,14 +1,18 @@
 //! The words every task of a job speaks: what travels on the channels between tasks
-//! (`message`), which key group a key is in and which subtask owns it (`key_group`),
+//! (`message`), where a task's output port goes (`fanout`), which input partition an id names (`input`), which key group a key is in and which subtask owns it (`key_group`),
 //! and why a task failed (`failure`).
 //! A leaf below its users: sources, operator subtasks, the sink and the engine import
 //! it; it imports none of them, only the error types of the pieces below it.
 
 mod failure;
+mod fanout;
+mod input;
 mod key_group;
 mod message;
 
 pub use failure::TaskFailure;
+pub(crate) use fanout::{Fanout, Reader};
+pub(crate) use input::{InputTopics, MAX_PARTITIONS, input_id};
 pub(crate) use key_group::{KeyGroups, Shard};
 pub use message::Origin;
 pub(crate) use message::{DeadLetter, Event, Message, Records};

@@ -17,7 +17,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use crate::changelog;
 use crate::checkpoint::layout;
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
-use crate::dataflow::{Event, TaskFailure};
+use crate::dataflow::{Event, InputTopics, TaskFailure};
 use crate::metrics::Metrics;
 use crate::sink::{self, Sink};
 use crate::source::Control;
@@ -34,7 +34,8 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 pub(super) struct Coordinator<'a> {
     pub(super) store: &'a CheckpointStore,
     pub(super) sink: &'a Sink,
-    pub(super) source_topic: &'a str,
+    /// What the input partitions' ids stand for.
+    pub(super) inputs: &'a InputTopics,
     /// Where every checkpoint's state changes go, in its transaction.
     pub(super) changelog_topic: &'a str,
     pub(super) sources: Vec<Sender<Control>>,
@@ -202,7 +203,7 @@ impl Coordinator<'_> {
         let what = format!("the Kafka commit of checkpoint {n}");
         let timer = Instant::now();
         self.watchdog
-            .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.source_topic, &offsets))?;
+            .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.inputs, &offsets))?;
         let commit_time = timer.elapsed();
         fault::point(Step::AfterCommit, n);
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;

@@ -11,18 +11,18 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, bounded};
 
 use crate::changelog;
-use crate::checkpoint::layout::{self, PartitionState};
+use crate::checkpoint::layout;
 use crate::checkpoint::store::CheckpointStore;
-use crate::dataflow::{Event, KeyGroups, Message, Shard, TaskFailure};
-use crate::job;
+use crate::dataflow::{Event, Fanout, InputTopics, KeyGroups, Message, Reader, Shard, TaskFailure};
+use crate::job::{self, Input, Port};
 use crate::operator::OperatorInstance;
 use crate::sink::{self, SinkTask};
-use crate::source::{self, Control, SourceTask};
+use crate::source::{self, Bootstrap, Control, SourceTask};
 
 use super::{Engine, Records};
 use super::coordinator::{Coordinator, Fold, Outcome};
-use super::operator_task::{OperatorTask, StateOut};
-use super::recover::{self, Recovered};
+use super::operator_task::{InputChannel, OperatorTask, StateOut};
+use super::recover::{self, Recovered, SourceStart};
 use super::watchdog::Watchdog;
 
 /// Batches a channel holds: bounds memory and makes a slow stage push back.
@@ -31,9 +31,6 @@ const CHANNEL_BATCHES: usize = 16;
 const CONTROL_MESSAGES: usize = 4;
 /// The shortest time a checkpoint may take before it fails the attempt.
 const MIN_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// `senders[i]` are the outputs of producer i, `receivers[j]` the inputs of consumer j.
-type Edge = (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>);
 
 /// Runs the task graph of one attempt until the coordinator returns.
 /// `stop` asks for a final checkpoint and the end of the attempt; `abandon`, for its end
@@ -51,36 +48,35 @@ pub(super) fn execute(
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
     let stages = job.operators.len();
-    let (events_tx, events_rx) = bounded::<Event>(4 * parallelism * (stages + 2) + 16);
+    let tasks = sources.len() + parallelism * stages;
+    let (events_tx, events_rx) = bounded::<Event>(4 * (tasks + parallelism) + 16);
     let (committed_tx, committed_rx) = bounded::<u64>(1);
     let changelog_topic = changelog::topic(job);
+    let inputs = recover::input_topics(job);
 
     let outcome = std::thread::scope(|scope| {
-        // edges[k] leads into stage k; edges[stages] into the sink. Owned by this closure,
-        // so an early return drops every channel end and no spawned task blocks for ever.
-        let mut edges: Vec<Edge> = (0..=stages)
-            .map(|stage| wire(parallelism, stage < stages && job.operators[stage].key_by, stage == stages))
-            .collect();
+        // Owned by this closure, so an early return drops every channel end and no
+        // spawned task blocks for ever.
+        let mut wiring = wire(job, key_groups);
         let mut handles = Vec::new();
-        let first = std::mem::take(&mut edges[0].0);
         let routing = Routing { key_groups, shard: shard.as_ref() };
-        let control = spawn_sources(engine, scope, sources, routing, first, &events_tx, &mut handles)?;
+        let control = spawn_sources(engine, scope, sources, routing, &mut wiring, &events_tx, &mut handles)?;
         let state_out = StateOut { sink: &sink, changelog_topic: &changelog_topic };
-        let operators = Operators { instances: operators, routing, records, state_out };
-        spawn_operators(engine, scope, operators, &mut edges, &events_tx, &mut handles);
-        let sink_inputs = std::mem::take(&mut edges[stages].1).into_iter().next().expect("one sink");
+        let operators = Operators { instances: operators, routing, records, state_out, inputs: &inputs };
+        spawn_operators(engine, scope, operators, &mut wiring, &events_tx, &mut handles);
         let sink_task = SinkTask {
             sink: &sink,
-            source_topic: job.source.topic.clone(),
-            inputs: sink_inputs,
+            source_topics: inputs.clone(),
+            inputs: std::mem::take(&mut wiring.sink_inputs),
             events: events_tx.clone(),
             committed: committed_rx,
         };
-        let what = format!("the sink task (topic {})", job.sink.topic);
+        let topics: Vec<&str> = job.sinks.iter().map(|sink| sink.topic.as_str()).collect();
+        let what = format!("the sink task (topics {})", topics.join(", "));
         handles.push(spawn_task(scope, "sink".to_string(), what, events_tx.clone(), move || sink_task.run()));
         let (folds_tx, folds_rx) = bounded::<Fold>(1);
         // At-least-once checkpoints wait for the previous fold (Coordinator::await_fold).
-        let (folded_tx, folded_rx) = match job.sink.delivery {
+        let (folded_tx, folded_rx) = match job.producer.delivery {
             job::Delivery::AtLeastOnce => {
                 let (tx, rx) = bounded::<u64>(1);
                 (Some(tx), Some(rx))
@@ -94,7 +90,7 @@ pub(super) fn execute(
         let mut coordinator = Coordinator {
             store,
             sink: &sink,
-            source_topic: &job.source.topic,
+            inputs: &inputs,
             changelog_topic: &changelog_topic,
             sources: control.clone(),
             events: events_rx,
@@ -104,7 +100,7 @@ pub(super) fn execute(
             fold_in_flight: None,
             changelog_ends: changelog::Ends::new(job)?,
             positions,
-            expected_states: parallelism * (stages + 1),
+            expected_states: tasks,
             interval: job.checkpoint_interval(),
             timeout: job.checkpoint_interval().max(MIN_CHECKPOINT_TIMEOUT),
             meta: layout::encode_shape(&recover::shape(job, key_groups)),
@@ -138,42 +134,59 @@ pub(super) fn execute(
     outcome
 }
 
-/// One source task per output of the first edge; returns their control channels.
+/// The source tasks, `parallelism` per job source; returns their control channels.
 fn spawn_sources<'scope>(
     engine: &'scope Engine,
     scope: &'scope Scope<'scope, '_>,
-    starts: Vec<BTreeMap<i32, PartitionState>>,
+    starts: Vec<SourceStart>,
     routing: Routing<'_>,
-    outputs: Vec<Vec<Sender<Message>>>,
+    wiring: &mut Wiring,
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
 ) -> Result<Vec<Sender<Control>>, TaskFailure> {
     let job = &engine.job;
+    let parallelism = job.parallelism as usize;
+    let tables = starts.iter().filter(|start| job.sources[start.source].table).count();
+    let bootstrap = Arc::new(Bootstrap::new(tables));
     let mut control = Vec::with_capacity(starts.len());
-    for (index, (outputs, partitions)) in outputs.into_iter().zip(starts).enumerate() {
+    for (index, SourceStart { source, partitions }) in starts.into_iter().enumerate() {
+        let spec = &job.sources[source];
         let (control_tx, control_rx) = bounded(CONTROL_MESSAGES);
         control.push(control_tx);
         let consumer = recover::consumer(job)?;
+        let port = Port::Source(source);
+        let output = Fanout::new(wiring.take_outputs(port, index % parallelism));
         let task = SourceTask {
             index,
-            topic: job.source.topic.clone(),
-            fetcher: source::Fetcher::new(consumer, &job.source.topic, partitions.keys().copied())
-                .map_err(|e| TaskFailure::Kafka(format!("source {index} of topic {}: {e}", job.source.topic)))?,
+            source,
+            topic: spec.topic.clone(),
+            fetcher: source::Fetcher::new(consumer, &spec.topic, partitions.keys().copied())
+                .map_err(|e| TaskFailure::Kafka(format!("source {index} of topic {}: {e}", spec.topic)))?,
             partitions,
-            max_out_of_orderness_ms: job.source.max_out_of_orderness_ms as i64,
-            outputs,
-            key_by: job.operators[0].key_by.then_some(routing.key_groups),
+            max_out_of_orderness_ms: spec.max_out_of_orderness_ms as i64,
+            key_by: output.is_keyed().then_some(routing.key_groups),
+            output,
+            table: spec.table,
+            bootstrap: Arc::clone(&bootstrap),
             shard: routing.shard.cloned(),
-            dead_letters: job.sink.dead_letter_topic.as_ref().map(|_| job.operators[0].name.clone()),
+            dead_letters: job.producer.dead_letter_topic.as_ref().and_then(|_| first_operator_reading(job, port)),
             control: control_rx,
             events: events.clone(),
             metrics: engine.options.metrics.clone(),
-            idle_timeout: job.source.idle_timeout(),
+            idle_timeout: spec.idle_timeout(),
         };
-        let what = format!("source task {index} (topic {})", job.source.topic);
+        let what = format!("source task {index} (topic {})", spec.topic);
         handles.push(spawn_task(scope, format!("source-{index}"), what, events.clone(), move || task.run()));
     }
     Ok(control)
+}
+
+/// The name of the first operator that reads `port`, if one does.
+fn first_operator_reading(job: &job::Job, port: Port) -> Option<String> {
+    job.readers_of(port).into_iter().find_map(|reader| match reader {
+        Input::Operator { stage, .. } => Some(job.operators[stage].name.clone()),
+        Input::Sink(_) => None,
+    })
 }
 
 /// Where keyed records and state go: the job's key groups and, in a process of a
@@ -191,14 +204,15 @@ struct Operators<'a> {
     routing: Routing<'a>,
     records: &'a Records,
     state_out: StateOut<'a>,
+    inputs: &'a InputTopics,
 }
 
-/// Every subtask of every operator, reading edge `stage` and writing edge `stage + 1`.
+/// Every subtask of every operator, with the channels `wiring` made for it.
 fn spawn_operators<'scope>(
     engine: &'scope Engine,
     scope: &'scope Scope<'scope, '_>,
     operators: Operators<'scope>,
-    edges: &mut [Edge],
+    wiring: &mut Wiring,
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
 ) {
@@ -206,23 +220,20 @@ fn spawn_operators<'scope>(
     let suspects = Arc::new(operators.records.suspects.clone());
     let poisoned = Arc::new(operators.records.poisoned.clone());
     let key_groups = operators.routing.key_groups;
-    let stages = job.operators.len();
     for (stage, subtasks) in operators.instances.into_iter().enumerate() {
         let spec = &job.operators[stage];
-        let inputs = std::mem::take(&mut edges[stage].1);
-        let outputs = std::mem::take(&mut edges[stage + 1].0);
-        for (subtask, (((instance, watermark), inputs), outputs)) in
-            subtasks.into_iter().zip(inputs).zip(outputs).enumerate()
-        {
+        for (subtask, (instance, watermark)) in subtasks.into_iter().enumerate() {
+            let outputs = (0..spec.outputs.len())
+                .map(|output| Fanout::new(wiring.take_outputs(Port::Operator { stage, output }, subtask)))
+                .collect();
             let task = OperatorTask {
                 name: spec.name.clone(),
                 stage: stage as u32,
                 subtask: subtask as u32,
                 instance,
                 watermark,
-                inputs,
+                inputs: std::mem::take(&mut wiring.operator_inputs[stage][subtask]),
                 outputs,
-                key_by_next: stage + 1 < stages && job.operators[stage + 1].key_by,
                 key_groups,
                 owned: spec.key_by.then(|| key_groups.range(subtask as u32, job.parallelism)),
                 shard: operators.routing.shard.cloned(),
@@ -230,8 +241,8 @@ fn spawn_operators<'scope>(
                 suspects: Arc::clone(&suspects),
                 poisoned: Arc::clone(&poisoned),
                 state_out: operators.state_out,
-                dead_letters: job.sink.dead_letter_topic.is_some(),
-                source_topic: job.source.topic.clone(),
+                dead_letters: job.producer.dead_letter_topic.is_some(),
+                source_topics: operators.inputs.clone(),
                 metrics: engine.options.metrics.operator(&spec.name, subtask as u32),
                 dead_letter_count: engine.options.metrics.dead_letter_records(),
             };
@@ -264,24 +275,70 @@ fn fold(store: &CheckpointStore, committed: &Receiver<Fold>, folded: Option<&Sen
     Ok(())
 }
 
-/// Channels for one edge: `outputs[producer]` and `inputs[consumer]`. A key-by edge
-/// (and the edge into the single sink) connects every producer to every consumer; a
-/// forward edge connects producer i to consumer i.
-fn wire(parallelism: usize, key_by: bool, into_sink: bool) -> Edge {
-    let consumers = if into_sink { 1 } else { parallelism };
-    let mut outputs: Vec<Vec<Sender<Message>>> = vec![Vec::new(); parallelism];
-    let mut inputs: Vec<Vec<Receiver<Message>>> = vec![Vec::new(); consumers];
-    for (producer, producer_outputs) in outputs.iter_mut().enumerate() {
-        for (consumer, consumer_inputs) in inputs.iter_mut().enumerate() {
-            let connected = into_sink || key_by || producer == consumer;
-            if connected {
-                let (tx, rx) = bounded(CHANNEL_BATCHES);
-                producer_outputs.push(tx);
-                consumer_inputs.push(rx);
+/// Every channel of an attempt's graph (DESIGN.md §8), by the ends they join. An edge
+/// into an operator read by key connects every upstream task to every subtask; any
+/// other edge connects upstream task i to subtask i, or every upstream task to the sink.
+struct Wiring {
+    /// `outputs[port][i]`: the readers of `port` as upstream task i sends to them.
+    outputs: BTreeMap<Port, Vec<Vec<Reader>>>,
+    /// `operator_inputs[stage][subtask]`: every channel into that subtask.
+    operator_inputs: Vec<Vec<Vec<InputChannel>>>,
+    /// Every channel into the sink task, with its sink's topic.
+    sink_inputs: Vec<(Receiver<Message>, String)>,
+}
+
+impl Wiring {
+    fn take_outputs(&mut self, port: Port, task: usize) -> Vec<Reader> {
+        self.outputs.get_mut(&port).map(|tasks| std::mem::take(&mut tasks[task])).unwrap_or_default()
+    }
+}
+
+fn wire(job: &job::Job, key_groups: KeyGroups) -> Wiring {
+    let parallelism = job.parallelism as usize;
+    let mut wiring = Wiring {
+        outputs: BTreeMap::new(),
+        operator_inputs: (0..job.operators.len()).map(|_| (0..parallelism).map(|_| Vec::new()).collect()).collect(),
+        sink_inputs: Vec::new(),
+    };
+    let sources = (0..job.sources.len()).map(Port::Source);
+    let outputs = job.operators.iter().enumerate().flat_map(|(stage, operator)| {
+        (0..operator.outputs.len()).map(move |output| Port::Operator { stage, output })
+    });
+    for port in sources.chain(outputs) {
+        let table = job.is_table(port);
+        let mut upstream: Vec<Vec<Reader>> = (0..parallelism).map(|_| Vec::new()).collect();
+        for reader in job.readers_of(port) {
+            match reader {
+                Input::Operator { stage, input } if job.operators[stage].key_by => {
+                    for readers in &mut upstream {
+                        let mut subtasks = Vec::with_capacity(parallelism);
+                        for into in &mut wiring.operator_inputs[stage] {
+                            let (tx, rx) = bounded(CHANNEL_BATCHES);
+                            subtasks.push(tx);
+                            into.push(InputChannel { channel: rx, input: input as u32, table });
+                        }
+                        readers.push(Reader::Keyed { subtasks, key_groups });
+                    }
+                }
+                Input::Operator { stage, input } => {
+                    for (readers, into) in upstream.iter_mut().zip(&mut wiring.operator_inputs[stage]) {
+                        let (tx, rx) = bounded(CHANNEL_BATCHES);
+                        readers.push(Reader::Forward(tx));
+                        into.push(InputChannel { channel: rx, input: input as u32, table });
+                    }
+                }
+                Input::Sink(index) => {
+                    for readers in &mut upstream {
+                        let (tx, rx) = bounded(CHANNEL_BATCHES);
+                        readers.push(Reader::Forward(tx));
+                        wiring.sink_inputs.push((rx, job.sinks[index].topic.clone()));
+                    }
+                }
             }
         }
+        wiring.outputs.insert(port, upstream);
     }
-    (outputs, inputs)
+    wiring
 }
 
 /// Runs a task on its own named thread. Whatever ends it, an error or a panic, reaches

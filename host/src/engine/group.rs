@@ -60,7 +60,7 @@ pub(super) fn run(engine: &Engine) -> Result<(), TaskFailure> {
             Some((metadata, id))
         })
     };
-    tracing::info!(job = %job.name, topic = %job.source.topic, "joined the job's consumer group; waiting for partitions");
+    tracing::info!(job = %job.name, topic = %job.sources[0].topic, "joined the job's consumer group; waiting for partitions");
     let result = std::thread::scope(|scope| Shares::new(engine, &consumer, member).run(scope));
     // Dropping the last handle closes the consumer, which leaves the group.
     drop(consumer);
@@ -290,9 +290,9 @@ fn difference(before: &[i32], now: &[i32]) -> (Vec<i32>, Vec<i32>) {
 
 /// Joins the job's consumer group on its input topic.
 fn join(job: &Job) -> Result<BaseConsumer<MemberContext>, TaskFailure> {
-    let mut config = source::config::client_config(&job.source.brokers, &job.name, &job.source.kafka);
+    let mut config = source::config::client_config(&job.sources[0].brokers, &job.name, job.source_kafka());
     for (key, value) in MEMBERSHIP_DEFAULTS {
-        if !job.source.kafka.contains_key(key) {
+        if !job.source_kafka().contains_key(key) {
             config.set(key, value);
         }
     }
@@ -303,10 +303,10 @@ fn join(job: &Job) -> Result<BaseConsumer<MemberContext>, TaskFailure> {
     config.set("auto.offset.reset", "latest").set("isolation.level", "read_uncommitted");
     let consumer: BaseConsumer<MemberContext> = config
         .create_with_context(MemberContext::default())
-        .map_err(|e| TaskFailure::Kafka(format!("creating the consumer of the job's group on {}: {e}", job.source.brokers)))?;
+        .map_err(|e| TaskFailure::Kafka(format!("creating the consumer of the job's group on {}: {e}", job.sources[0].brokers)))?;
     consumer
-        .subscribe(&[&job.source.topic])
-        .map_err(|e| TaskFailure::Kafka(format!("joining the job's consumer group on topic `{}`: {e}", job.source.topic)))?;
+        .subscribe(&[&job.sources[0].topic])
+        .map_err(|e| TaskFailure::Kafka(format!("joining the job's consumer group on topic `{}`: {e}", job.sources[0].topic)))?;
     Ok(consumer)
 }
 

@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use crate::batch::Batch;
 use crate::changelog;
 use crate::checkpoint::layout::{self, TaskId};
-use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
+use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
 use crate::metrics::{Counter, OperatorMetrics};
 use crate::operator::{OperatorError, OperatorInstance};
 use crate::sink::Sink;
@@ -37,10 +37,10 @@ pub(super) struct OperatorTask<'a> {
     pub(super) instance: OperatorInstance,
     /// Event time this subtask has reached (restored from the checkpoint).
     pub(super) watermark: i64,
-    pub(super) inputs: Vec<Receiver<Message>>,
-    /// One sender per downstream subtask when `key_by_next`, else exactly one.
-    pub(super) outputs: Vec<Sender<Message>>,
-    pub(super) key_by_next: bool,
+    /// Every channel into the subtask: from each upstream task of each of its inputs.
+    pub(super) inputs: Vec<InputChannel>,
+    /// `outputs[i]`: every reader of the operator's output i.
+    pub(super) outputs: Vec<Fanout>,
     pub(super) key_groups: KeyGroups,
     /// The key groups this subtask owns when its input is routed by key; `None` when
     /// it is not, and then the operator may keep no state.
@@ -55,10 +55,20 @@ pub(super) struct OperatorTask<'a> {
     /// topic unprocessed.
     pub(super) poisoned: Arc<HashSet<Origin>>,
     pub(super) dead_letters: bool,
-    pub(super) source_topic: String,
+    /// What the origins of records name.
+    pub(super) source_topics: InputTopics,
     pub(super) metrics: OperatorMetrics,
     pub(super) dead_letter_count: Counter,
     pub(super) state_out: StateOut<'a>,
+}
+
+/// One channel into an operator subtask.
+pub(super) struct InputChannel {
+    pub(super) channel: Receiver<Message>,
+    /// The operator input it belongs to: an index into the operator's `inputs`.
+    pub(super) input: u32,
+    /// A table input holds no watermark back.
+    pub(super) table: bool,
 }
 
 impl OperatorTask<'_> {
@@ -71,22 +81,24 @@ impl OperatorTask<'_> {
         }
         let inputs = std::mem::take(&mut self.inputs);
         let mut aligned = vec![false; inputs.len()];
-        // `None`: the input is idle and holds nothing back.
-        let mut input_watermarks = vec![Some(i64::MIN); inputs.len()];
+        // `None`: the channel is idle, or a table's, and holds nothing back.
+        let mut input_watermarks: Vec<Option<i64>> =
+            inputs.iter().map(|input| (!input.table).then_some(i64::MIN)).collect();
         let mut idle = false;
         loop {
             let mut select = Select::new();
             let open: Vec<usize> = (0..inputs.len()).filter(|&i| !aligned[i]).collect();
             for &i in &open {
-                select.recv(&inputs[i]);
+                select.recv(&inputs[i].channel);
             }
             let ready = select.select();
             let input = open[ready.index()];
-            let Ok(message) = ready.recv(&inputs[input]) else {
+            let Ok(message) = ready.recv(&inputs[input].channel) else {
                 return Ok(()); // an upstream task ended: the job is stopping
             };
             match message {
-                Message::Records(records) => self.process(records)?,
+                Message::Records(records) => self.process(inputs[input].input, records)?,
+                Message::Watermark(_) | Message::Idle if inputs[input].table => {}
                 Message::Watermark(watermark) => {
                     input_watermarks[input] = Some(watermark);
                     self.combine(&input_watermarks, &mut idle)?;
@@ -102,15 +114,15 @@ impl OperatorTask<'_> {
                         aligned.fill(false);
                     }
                 }
-                Message::DeadLetter(letter) => self.send(0, Message::DeadLetter(letter))?,
+                Message::DeadLetter(letter) => self.outputs[0].dead_letter(letter)?,
             }
         }
     }
 
-    fn process(&mut self, records: Records) -> Result<(), TaskFailure> {
+    fn process(&mut self, input: u32, records: Records) -> Result<(), TaskFailure> {
         self.metrics.records_in.inc_by(records.batch.len() as u64);
         if records.origins.iter().any(|o| self.suspects.contains(o)) {
-            return self.process_one_by_one(records);
+            return self.process_one_by_one(input, records);
         }
         match self.instance.process(&records.batch) {
             Ok(output) => self.emit(output),
@@ -124,7 +136,8 @@ impl OperatorTask<'_> {
     /// now fails the attempt as `Poisoned`: the next attempt, restored from the last
     /// checkpoint, sets it aside, as a dead-letter topic is configured; without one,
     /// the job stops and names it.
-    fn process_one_by_one(&mut self, records: Records) -> Result<(), TaskFailure> {
+    fn process_one_by_one(&mut self, input: u32, records: Records) -> Result<(), TaskFailure> {
+        let _ = input;
         for index in 0..records.batch.len() {
             let origin = records.origins[index];
             let mut one = Records::default();
@@ -137,11 +150,12 @@ impl OperatorTask<'_> {
                 Ok(output) => self.emit(output)?,
                 Err(error) if self.suspects.contains(&origin) => {
                     let error = error.to_string();
-                    let topic = self.source_topic.clone();
+                    let (_, topic, partition) = self.source_topics.resolve(origin.partition);
+                    let topic = topic.to_string();
                     if self.dead_letters {
-                        return Err(TaskFailure::Poisoned { topic, origin, error });
+                        return Err(TaskFailure::Poisoned { topic, partition, origin, error });
                     }
-                    return Err(TaskFailure::Poison { topic, origin, error });
+                    return Err(TaskFailure::Poison { topic, partition, origin, error });
                 }
                 Err(error) => return Err(TaskFailure::Operator { error: Box::new(error), origins: vec![origin] }),
             }
@@ -157,7 +171,7 @@ impl OperatorTask<'_> {
         self.dead_letter_count.inc();
         let error = "the record crashed the plugin again after a restart".to_owned();
         let letter = DeadLetter { records: one, operator: self.name.clone(), error };
-        self.send(0, Message::DeadLetter(letter))
+        self.outputs[0].dead_letter(letter)
     }
 
     /// Combines the inputs' watermarks (DESIGN.md §4): the least of the active ones
@@ -167,9 +181,7 @@ impl OperatorTask<'_> {
     fn combine(&mut self, inputs: &[Option<i64>], idle: &mut bool) -> Result<(), TaskFailure> {
         let Some(&least) = inputs.iter().flatten().min() else {
             if !std::mem::replace(idle, true) {
-                for target in 0..self.outputs.len() {
-                    self.send(target, Message::Idle)?;
-                }
+                self.marker(Message::Idle)?;
             }
             return Ok(());
         };
@@ -179,9 +191,7 @@ impl OperatorTask<'_> {
         }
         if was_idle {
             // Active again, at the event time it had reached.
-            for target in 0..self.outputs.len() {
-                self.send(target, Message::Watermark(self.watermark))?;
-            }
+            self.marker(Message::Watermark(self.watermark))?;
         }
         Ok(())
     }
@@ -190,10 +200,7 @@ impl OperatorTask<'_> {
         self.watermark = watermark;
         let output = self.instance.on_watermark(watermark).map_err(TaskFailure::operator)?;
         self.emit(output)?;
-        for target in 0..self.outputs.len() {
-            self.send(target, Message::Watermark(watermark))?;
-        }
-        Ok(())
+        self.marker(Message::Watermark(watermark))
     }
 
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
@@ -205,10 +212,7 @@ impl OperatorTask<'_> {
         self.events
             .send(Event::State { n, task, bytes, offsets: None, changes: Some(changes) })
             .map_err(|_| TaskFailure::Stopped)?;
-        for target in 0..self.outputs.len() {
-            self.send(target, Message::Barrier(n))?;
-        }
-        Ok(())
+        self.marker(Message::Barrier(n))
     }
 
     /// One snapshot round: the guest's state changes since the last checkpoint, checked
@@ -250,26 +254,28 @@ impl OperatorTask<'_> {
     }
 
     fn emit(&self, output: Batch) -> Result<(), TaskFailure> {
-        if output.is_empty() {
+        self.emit_to(0, output)
+    }
+
+    /// Sends what the plugin emitted to its output `output` to every reader of it.
+    fn emit_to(&self, output: usize, batch: Batch) -> Result<(), TaskFailure> {
+        if batch.is_empty() {
             return Ok(());
         }
-        self.metrics.records_out.inc_by(output.len() as u64);
-        if self.key_by_next
+        self.metrics.records_out.inc_by(batch.len() as u64);
+        let readers = &self.outputs[output];
+        if readers.is_keyed()
             && let Some(shard) = &self.shard
         {
-            self.check_keys_stay(shard, &output)?;
+            self.check_keys_stay(shard, &batch)?;
         }
-        if !self.key_by_next || self.outputs.len() == 1 {
-            return self.send(0, Message::Records(Records { batch: output, origins: Vec::new() }));
-        }
-        let mut routed: Vec<Batch> = vec![Batch::new(); self.outputs.len()];
-        for record in output.iter() {
-            routed[self.key_groups.subtask_for(record.key, self.outputs.len())].push_record(record);
-        }
-        for (target, batch) in routed.into_iter().enumerate() {
-            if !batch.is_empty() {
-                self.send(target, Message::Records(Records { batch, origins: Vec::new() }))?;
-            }
+        readers.records(Records { batch, origins: Vec::new() })
+    }
+
+    /// A barrier, a watermark or idleness, down every channel of every output.
+    fn marker(&self, marker: Message) -> Result<(), TaskFailure> {
+        for readers in &self.outputs {
+            readers.marker(&marker)?;
         }
         Ok(())
     }
@@ -280,13 +286,10 @@ impl OperatorTask<'_> {
         for record in output.iter() {
             let group = self.key_groups.group_of(record.key);
             if !shard.owns(group) {
-                return Err(TaskFailure::Incompatible(shard.not_co_partitioned(&self.source_topic, group, None)));
+                let topic = self.source_topics.names();
+                return Err(TaskFailure::Incompatible(shard.not_co_partitioned(&topic, group, None)));
             }
         }
         Ok(())
-    }
-
-    fn send(&self, target: usize, message: Message) -> Result<(), TaskFailure> {
-        self.outputs[target].send(message).map_err(|_| TaskFailure::Stopped)
     }
 }

@@ -11,9 +11,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::changelog;
 use crate::checkpoint::layout::{self, FormatError, PartitionState, Shape, Snapshot};
-use crate::checkpoint::recovery::{self, ShardResume};
+use crate::checkpoint::recovery::{self, RecoveryError, ShardResume};
 use crate::checkpoint::store::{CheckpointStore, StoreError};
-use crate::dataflow::{KeyGroups, Shard, TaskFailure};
+use crate::dataflow::{InputTopics, KeyGroups, MAX_PARTITIONS, Shard, TaskFailure, input_id};
 use crate::job::{self, Job};
 use crate::metrics::Metrics;
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin};
@@ -30,8 +30,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) struct Recovered {
     /// Fenced, with a transaction open.
     pub(super) sink: Sink,
-    /// `sources[i]`: the partitions of source task i, at the offsets to read next.
-    pub(super) sources: Vec<BTreeMap<i32, PartitionState>>,
+    /// `sources[i]`: where source task i starts (`parallelism` tasks per job source).
+    pub(super) sources: Vec<SourceStart>,
     /// `operators[stage][subtask]`: a restored instance and the watermark it had reached.
     pub(super) operators: Vec<Vec<(OperatorInstance, i64)>>,
     /// The id of the attempt's first checkpoint.
@@ -44,18 +44,23 @@ pub(super) struct Recovered {
     pub(super) shard: Option<Shard>,
 }
 
+/// Where one source task starts: the job source it reads and its partitions (Kafka's
+/// numbers) at the offsets to read next.
+pub(super) struct SourceStart {
+    pub(super) source: usize,
+    pub(super) partitions: BTreeMap<i32, PartitionState>,
+}
+
 pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, metrics: &Metrics) -> Result<Recovered, TaskFailure> {
-    let group = job.name.as_str();
     let offsets_consumer = consumer(job)?;
-    let partitions = recovery::partitions(&offsets_consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT)
-        .map_err(TaskFailure::Recovery)?;
+    let inputs = input_topics(job);
+    let partitions = input_partitions(job, &offsets_consumer)?;
     let resume_consumer = consumer(job)?;
     // Fence first: a zombie's open transaction is aborted before offsets are read.
     let sink = Sink::connect(&sink_config(job, &job.name), offsets_consumer, None)?;
     refuse_scaled_out_members(job, &resume_consumer)?;
     metrics.group().owned_partitions.set(partitions.len() as i64);
-    let resume = recovery::committed(&resume_consumer, group, &job.source.topic, &partitions, CONNECT_TIMEOUT)
-        .map_err(TaskFailure::Recovery)?;
+    let resume = committed_inputs(job, &resume_consumer, &partitions, &inputs)?;
     // Anything sealed after the committed checkpoint (on a fresh start: anything at all)
     // never reached its Kafka commit; the attempt reuses those ids, so it must go. The
     // keyed state becomes that of the committed checkpoint: the state_dir's, caught up
@@ -71,7 +76,8 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let committed = resume.checkpoint.unwrap_or(0);
     fault::point(Step::DuringRecovery, committed);
 
-    let key_groups = key_groups(job, partitions.len(), snapshot.as_ref())?;
+    let first_source_partitions = partitions.iter().filter(|&&id| inputs.resolve(id).0 == 0).count();
+    let key_groups = key_groups(job, first_source_partitions, snapshot.as_ref())?;
     let prepared = match job.keeps_state() {
         true => changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref())?,
         false => changelog::Prepared::Ready,
@@ -114,16 +120,17 @@ pub(super) fn recover_shard(
     // A process that lost these partitions meanwhile fences no one and reads nothing more.
     let go_on = || if abandoned() { Err(TaskFailure::Stopped) } else { Ok(()) };
     let offsets_consumer = consumer(job)?;
-    let partitions = recovery::partitions(&offsets_consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT)
+    let input = &job.sources[0];
+    let partitions = recovery::partitions(&offsets_consumer, &input.brokers, &input.topic, CONNECT_TIMEOUT)
         .map_err(TaskFailure::Recovery)?;
     let count = u32::try_from(partitions.len()).expect("fewer than 2^32 partitions");
     if let Some(missing) = owned.iter().find(|p| !partitions.contains(p)) {
-        return Err(TaskFailure::Kafka(format!("assigned partition {missing} of `{}`, which has {count}", job.source.topic)));
+        return Err(TaskFailure::Kafka(format!("assigned partition {missing} of `{}`, which has {count}", input.topic)));
     }
     let shard = Shard::new(count, owned.iter().copied());
     go_on()?;
     let operators: Vec<String> = job.operators.iter().map(|o| o.name.clone()).collect();
-    let shape = layout::shape_hash(&operators, &job.source.topic);
+    let shape = layout::shape_hash(&operators, &input.topic);
     let lowest = *owned.first().expect("an attempt owns a partition");
     let transactional_id = sink::shard_transactional_id(&job.name, lowest);
     let config = sink_config(job, &transactional_id);
@@ -139,7 +146,7 @@ pub(super) fn recover_shard(
             .and_then(|sink| {
                 step("fenced the earlier owners and connected the producer");
                 let resume_consumer = consumer(job)?;
-                let resume = recovery::committed_shard(&resume_consumer, &job.name, &job.source.topic, owned, CONNECT_TIMEOUT)
+                let resume = recovery::committed_shard(&resume_consumer, &job.name, &input.topic, owned, CONNECT_TIMEOUT)
                     .map_err(TaskFailure::Recovery)?;
                 step("read committed offsets");
                 Ok((sink, resume_consumer, resume))
@@ -243,7 +250,7 @@ fn check_placement(job: &Job, partitions: u32, shape: u64, resume: &ShardResume)
                  (the offsets of partition {partition} say so): partitions were added, which moves keys to other \
                  partitions and so their state out of reach, and Kafka cannot remove them. Start the job over under \
                  a new job name (its state starts empty)",
-                job.source.topic
+                job.sources[0].topic
             )));
         }
         if meta.shape.is_some_and(|committed| committed != shape) {
@@ -251,7 +258,7 @@ fn check_placement(job: &Job, partitions: u32, shape: u64, resume: &ShardResume)
                 "the offsets of partition {partition} of `{}` were committed by a job with other operators or \
                  another input topic than this job file's; keyed state cannot move between them: restore the old \
                  job file, or start over under a new job name",
-                job.source.topic
+                job.sources[0].topic
             )));
         }
     }
@@ -262,7 +269,7 @@ fn check_placement(job: &Job, partitions: u32, shape: u64, resume: &ShardResume)
 /// process's partitions, of the greatest event time read before the checkpoint, less
 /// the allowed out-of-orderness; unknown (a partition without a time) holds it back.
 fn shard_watermark(job: &Job, owned: &[i32], resume: &ShardResume) -> i64 {
-    let out_of_orderness = i64::try_from(job.source.max_out_of_orderness_ms).unwrap_or(i64::MAX);
+    let out_of_orderness = i64::try_from(job.sources[0].max_out_of_orderness_ms).unwrap_or(i64::MAX);
     owned
         .iter()
         .map(|partition| match resume.offsets.get(partition).and_then(|(_, meta)| meta.max_timestamp) {
@@ -284,7 +291,7 @@ fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGro
          so that each partition carries whole key groups, and at least parallelism ({}); set key_groups to such \
          a multiple (or remove it on a new job), or run one process",
         key_groups.count(),
-        job.source.topic,
+        job.sources[0].topic,
         job.parallelism
     )))
 }
@@ -313,12 +320,54 @@ fn refuse_scaled_out_members(job: &Job, consumer: &BaseConsumer) -> Result<(), T
     Ok(())
 }
 
-/// That the input topic exists and its brokers answer (a scaled-out process would
+/// That the input topics exist and their brokers answer (a scaled-out process would
 /// otherwise wait for partitions without end).
 pub(super) fn check_source(job: &Job) -> Result<(), TaskFailure> {
     let consumer = consumer(job)?;
-    recovery::partitions(&consumer, &job.source.brokers, &job.source.topic, CONNECT_TIMEOUT).map_err(TaskFailure::Recovery)?;
-    Ok(())
+    input_partitions(job, &consumer).map(|_| ())
+}
+
+/// The job's input topics, in source order.
+pub(super) fn input_topics(job: &Job) -> InputTopics {
+    InputTopics::new(job.sources.iter().map(|source| source.topic.clone()).collect())
+}
+
+/// Every input partition's id (`dataflow::input_id`), source by source.
+fn input_partitions(job: &Job, consumer: &BaseConsumer) -> Result<Vec<i32>, TaskFailure> {
+    let mut ids = Vec::new();
+    for (index, source) in job.sources.iter().enumerate() {
+        let partitions =
+            recovery::partitions(consumer, &source.brokers, &source.topic, CONNECT_TIMEOUT).map_err(TaskFailure::Recovery)?;
+        if let Some(&last) = partitions.last().filter(|&&last| last >= MAX_PARTITIONS) {
+            return Err(TaskFailure::Incompatible(format!(
+                "topic `{}` has partition {last}; weir reads topics of at most {MAX_PARTITIONS} partitions",
+                source.topic
+            )));
+        }
+        ids.extend(partitions.into_iter().map(|partition| input_id(index, partition)));
+    }
+    Ok(ids)
+}
+
+/// The job's committed offsets over every source (one transaction commits them all, so
+/// they name one checkpoint), by input id.
+fn committed_inputs(job: &Job, consumer: &BaseConsumer, ids: &[i32], inputs: &InputTopics) -> Result<recovery::Resume, TaskFailure> {
+    let mut resume = recovery::Resume::default();
+    let mut checkpoints = BTreeSet::new();
+    for (index, source) in job.sources.iter().enumerate() {
+        let partitions: Vec<i32> =
+            ids.iter().map(|&id| inputs.resolve(id)).filter(|&(of, _, _)| of == index).map(|(_, _, partition)| partition).collect();
+        let found = recovery::committed(consumer, &job.name, &source.topic, &partitions, CONNECT_TIMEOUT)
+            .map_err(TaskFailure::Recovery)?;
+        checkpoints.extend(found.checkpoint);
+        resume.offsets.extend(found.offsets.into_iter().map(|(partition, offset)| (input_id(index, partition), offset)));
+    }
+    if checkpoints.len() > 1 {
+        let found = checkpoints.into_iter().collect();
+        return Err(TaskFailure::Recovery(RecoveryError::Mixed { group: job.name.clone(), found }));
+    }
+    resume.checkpoint = checkpoints.into_iter().next();
+    Ok(resume)
 }
 
 /// A fresh start: deletes every checkpoint and all keyed state, and records where the
@@ -341,8 +390,13 @@ pub(super) fn shape(job: &Job, key_groups: KeyGroups) -> Shape {
         parallelism: job.parallelism,
         key_groups: Some(key_groups.count()),
         operators: job.operators.iter().map(|o| o.name.clone()).collect(),
-        source_topic: job.source.topic.clone(),
+        source_topic: source_topics(job),
     }
+}
+
+/// The shape's `source_topic`: the input topics in source order, joined by `,`.
+fn source_topics(job: &Job) -> String {
+    job.sources.iter().map(|source| source.topic.as_str()).collect::<Vec<_>>().join(",")
 }
 
 /// The job's key groups: what its checkpoints recorded (the job file may only repeat
@@ -373,22 +427,22 @@ fn key_groups(job: &Job, partitions: usize, snapshot: Option<&Snapshot>) -> Resu
 
 /// A consumer of the job's group on its source brokers.
 pub(super) fn consumer(job: &Job) -> Result<BaseConsumer, TaskFailure> {
-    source::consumer(&job.source.brokers, &job.name, &job.source.kafka)
-        .map_err(|e| TaskFailure::Kafka(format!("creating a consumer for {}: {e}", job.source.brokers)))
+    source::consumer(job.source_brokers(), &job.name, job.source_kafka())
+        .map_err(|e| TaskFailure::Kafka(format!("creating a consumer for {}: {e}", job.source_brokers())))
 }
 
 fn sink_config<'a>(job: &'a Job, transactional_id: &'a str) -> SinkConfig<'a> {
     SinkConfig {
         job: &job.name,
         transactional_id,
-        brokers: &job.sink.brokers,
-        topic: &job.sink.topic,
-        dead_letter_topic: job.sink.dead_letter_topic.as_deref(),
-        delivery: match job.sink.delivery {
+        brokers: &job.producer.brokers,
+        topics: job.sinks.iter().map(|sink| sink.topic.as_str()).collect(),
+        dead_letter_topic: job.producer.dead_letter_topic.as_deref(),
+        delivery: match job.producer.delivery {
             job::Delivery::ExactlyOnce => Delivery::ExactlyOnce,
             job::Delivery::AtLeastOnce => Delivery::AtLeastOnce,
         },
-        extra: &job.sink.kafka,
+        extra: &job.producer.kafka,
     }
 }
 
@@ -430,7 +484,7 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
             }
         }
     }
-    if job.sink.delivery == job::Delivery::AtLeastOnce {
+    if job.producer.delivery == job::Delivery::AtLeastOnce {
         // Its checkpoint entry must be here: the changelog's last checkpoint record may be
         // a later one, written outside a transaction.
         let snapshot = checkpoint_here(job, store, n, committed).map_err(|error| match error {
@@ -497,12 +551,13 @@ fn checkpoint_here(job: &Job, store: &CheckpointStore, n: u64, committed: &BTree
         )));
     }
     let operators: Vec<String> = job.operators.iter().map(|o| o.name.clone()).collect();
-    if snapshot.shape.operators != operators || snapshot.shape.source_topic != job.source.topic {
+    let topics = source_topics(job);
+    if snapshot.shape.operators != operators || snapshot.shape.source_topic != topics {
         return Err(TaskFailure::Incompatible(format!(
-            "checkpoint {n} was taken by operators {:?} reading topic `{}`, but this job file has operators \
-             {operators:?} reading `{}`; keyed state cannot move between them: restore the old job file, or \
-             start over under a new job name",
-            snapshot.shape.operators, snapshot.shape.source_topic, job.source.topic
+            "checkpoint {n} was taken by operators {:?} reading topics `{}`, but this job file has operators \
+             {operators:?} reading `{topics}`; keyed state and input offsets cannot move between them: restore \
+             the old job file, or start over under a new job name",
+            snapshot.shape.operators, snapshot.shape.source_topic
         )));
     }
     let foreign = committed.iter().find(|&(partition, &offset)| {
@@ -523,31 +578,42 @@ fn checkpoint_here(job: &Job, store: &CheckpointStore, n: u64, committed: &BTree
 }
 
 /// Each source task's partitions, at the committed offset or, for a partition that
-/// has none, at the job's start position resolved to a real offset.
+/// has none, at its source's start position resolved to a real offset (a table's is
+/// its start). `partitions` and `committed` are by input id; each source's partitions
+/// are spread over its `parallelism` tasks.
 fn start_offsets(
     job: &Job,
     consumer: &BaseConsumer,
     partitions: &[i32],
     committed: &BTreeMap<i32, i64>,
     max_timestamp: impl Fn(i32) -> Option<i64>,
-) -> Result<Vec<BTreeMap<i32, PartitionState>>, TaskFailure> {
+) -> Result<Vec<SourceStart>, TaskFailure> {
     let parallelism = job.parallelism as usize;
-    let mut tasks = vec![BTreeMap::new(); parallelism];
-    for (index, &partition) in partitions.iter().enumerate() {
-        let next_offset = match committed.get(&partition) {
+    let inputs = input_topics(job);
+    let mut tasks: Vec<SourceStart> = (0..job.sources.len() * parallelism)
+        .map(|index| SourceStart { source: index / parallelism, partitions: BTreeMap::new() })
+        .collect();
+    let mut spread = vec![0usize; job.sources.len()];
+    for &id in partitions {
+        let (source, topic, partition) = inputs.resolve(id);
+        let spec = &job.sources[source];
+        let next_offset = match committed.get(&id) {
             Some(&offset) => offset,
             None => {
-                let (low, high) = consumer.fetch_watermarks(&job.source.topic, partition, CONNECT_TIMEOUT).map_err(|e| {
-                    TaskFailure::Kafka(format!("reading the offsets of {}/{partition}: {e}", job.source.topic))
-                })?;
-                match job.source.start {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, partition, CONNECT_TIMEOUT)
+                    .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of {topic}/{partition}: {e}")))?;
+                match spec.start {
+                    _ if spec.table => low,
                     job::Start::Earliest => low,
                     job::Start::Latest => high,
                 }
             }
         };
-        let max_timestamp = max_timestamp(partition).unwrap_or(i64::MIN);
-        tasks[index % parallelism].insert(partition, PartitionState { partition, next_offset, max_timestamp });
+        let max_timestamp = max_timestamp(id).unwrap_or(i64::MIN);
+        let task = source * parallelism + spread[source] % parallelism;
+        spread[source] += 1;
+        tasks[task].partitions.insert(partition, PartitionState { partition, next_offset, max_timestamp });
     }
     Ok(tasks)
 }

@@ -66,6 +66,47 @@
 //! backoff_initial_ms = 500        # the first restart's delay, doubled each time up to backoff_max_ms
 //! backoff_max_ms = 30000
 //! ```
+//!
+//! The graph form (DESIGN.md §8) names its sources, what each operator reads and what
+//! each sink takes; the top-level keys and `[restarts]` are the chain form's:
+//!
+//! ```toml
+//! [[sources]]                     # 1..=16, all on one cluster
+//! name = "clicks"                 # what `inputs` and `from` call it; unique among every
+//!                                 # source, operator and sink
+//! brokers = "127.0.0.1:9092"
+//! topic = "clicks"                # start, max_out_of_orderness_ms, idle_timeout_ms and
+//!                                 # [sources.kafka] as in [source]
+//! [[sources]]
+//! name = "users"
+//! brokers = "127.0.0.1:9092"
+//! topic = "users"
+//! table = true                    # a compacted topic read as a table: read to its end before
+//!                                 # any stream record at every start, holds no watermark back,
+//!                                 # read only by key_by operators
+//!
+//! [[operators]]                   # every key of the chain form's [[operators]], and:
+//! name = "enrich"
+//! plugin = "plugins/enrich.wasm"
+//! key_by = true                   # routes every input by key: one keyed state over all of them
+//! inputs = ["clicks", "users"]    # sources, operators (their first output) or "operator/output"
+//! outputs = ["out"]               # the default; a weir:operator@0.3 plugin may name several,
+//!                                 # a 0.2 plugin has exactly one input and one output
+//!
+//! [[sinks]]                       # 1..=16
+//! name = "enriched"
+//! topic = "clicks-enriched"       # must exist, and be no topic the job reads
+//! from = ["enrich"]               # operators, "operator/output"s or sources
+//!
+//! [producer]                      # the one producer of every sink: one transaction per
+//! brokers = "127.0.0.1:9092"      # checkpoint holds every sink's records, the input offsets
+//! delivery = "exactly-once"       # and the state changes; delivery, dead_letter_topic and
+//!                                 # [producer.kafka] as in [sink]
+//! ```
+//!
+//! Checked at load, each naming the line of its entry: names unique, inputs and `from`
+//! that name something, no cycle, every source and every operator output read by
+//! something, tables read by key.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -74,8 +115,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
+use toml::Spanned;
 
 use crate::kafka_config::{self, Forced};
+
+mod graph;
+pub use graph::{Input, Port};
 
 /// Largest parallelism: subtasks per operator.
 pub const MAX_PARALLELISM: u32 = 64;
@@ -92,8 +137,12 @@ pub const MAX_OUT_OF_ORDERNESS_MS: u64 = 7 * 24 * 3600 * 1000;
 /// partition quiet for a week is idle under any sensible setting.
 pub const MIN_IDLE_TIMEOUT_MS: u64 = 100;
 pub const MAX_IDLE_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
-/// Largest number of operators in the chain.
+/// Largest number of operators in a job.
 pub const MAX_OPERATORS: usize = 64;
+/// Largest number of sources, of sinks, and of one operator's outputs.
+pub const MAX_SOURCES: usize = 16;
+pub const MAX_SINKS: usize = 16;
+pub const MAX_OUTPUTS: usize = 16;
 /// Largest number of entries in one `[...kafka]` or `[operators.config]` table.
 pub const MAX_MAP_ENTRIES: usize = 1024;
 /// Longest value in one `[...kafka]` or `[operators.config]` table, in bytes.
@@ -103,44 +152,84 @@ const MAX_JOB_NAME_CHARS: usize = 200;
 const MAX_OPERATOR_NAME_CHARS: usize = 64;
 const MAX_TOPIC_CHARS: usize = 249;
 
-/// A parsed and checked job file. Paths are absolute.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A parsed and checked job file: a graph of named sources, operators and sinks (the
+/// chain form is the graph of one source, a chain and one sink). Paths are absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     /// The job id: consumer group of its committed offsets and `transactional.id` of its
     /// producer, so renaming a job starts it over.
-    #[serde(deserialize_with = "job_name")]
     pub name: String,
     /// Subtasks per operator, `1..=MAX_PARALLELISM`.
-    #[serde(deserialize_with = "parallelism")]
     pub parallelism: u32,
     /// The key groups of keyed state; `None`: the default for the input, or the
     /// number the job's checkpoints recorded.
-    #[serde(default, deserialize_with = "key_groups")]
     pub key_groups: Option<u32>,
     /// The compacted topic keyed state is kept in; `None`: `<name>-changelog`.
-    #[serde(default, deserialize_with = "optional_topic")]
     pub changelog_topic: Option<String>,
-    #[serde(deserialize_with = "checkpoint_interval_ms")]
     pub checkpoint_interval_ms: u64,
     /// The checkpoint store's directory.
     pub state_dir: PathBuf,
     /// Several processes share the job through its consumer group (DESIGN.md §7).
-    #[serde(default)]
     pub scale_out: bool,
-    pub source: Source,
-    /// The operator chain, in order; never empty.
-    #[serde(deserialize_with = "operators")]
+    /// The inputs, in the job file's order (which fixes how checkpoints name them); never
+    /// empty, all on one cluster.
+    pub sources: Vec<Source>,
+    /// Every operator, in the job file's order (its position is its stage: keyed state
+    /// is kept per stage); never empty, and the graph they make has no cycle.
     pub operators: Vec<Operator>,
-    pub sink: Sink,
-    #[serde(default)]
+    /// The outputs; never empty.
+    pub sinks: Vec<Sink>,
+    /// The one producer every sink, the dead-letter topic and the changelog are written with.
+    pub producer: Producer,
     pub restarts: Restarts,
 }
 
-/// `[source]`: the Kafka topic the job reads.
+/// The job file as written, in either form: `[source]` + `[[operators]]` (a chain) +
+/// `[sink]`, or `[[sources]]` + `[[operators]]` with `inputs` + `[[sinks]]` + `[producer]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobFile {
+    #[serde(deserialize_with = "job_name")]
+    name: String,
+    #[serde(deserialize_with = "parallelism")]
+    parallelism: u32,
+    #[serde(default, deserialize_with = "key_groups")]
+    key_groups: Option<u32>,
+    #[serde(default, deserialize_with = "optional_topic")]
+    changelog_topic: Option<String>,
+    #[serde(deserialize_with = "checkpoint_interval_ms")]
+    checkpoint_interval_ms: u64,
+    state_dir: PathBuf,
+    #[serde(default)]
+    scale_out: bool,
+    #[serde(default)]
+    source: Option<Spanned<Source>>,
+    #[serde(default)]
+    sources: Option<Vec<Spanned<Source>>>,
+    #[serde(deserialize_with = "operators")]
+    operators: Vec<Spanned<Operator>>,
+    #[serde(default)]
+    sink: Option<Spanned<ChainSink>>,
+    #[serde(default)]
+    sinks: Option<Vec<Spanned<Sink>>>,
+    #[serde(default)]
+    producer: Option<Producer>,
+    #[serde(default)]
+    restarts: Restarts,
+}
+
+/// A `[[sources]]` entry (or the chain form's `[source]`): a Kafka topic the job reads.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Source {
+    /// What operators and sinks call it in `inputs` and `from`; `source` in the chain form.
+    #[serde(default = "default_source_name", deserialize_with = "source_name")]
+    pub name: String,
+    /// A compacted topic read as a table: its records are updates of the latest value
+    /// per key, it holds no watermark back, and an attempt reads it to its end before
+    /// any stream record is delivered.
+    #[serde(default)]
+    pub table: bool,
     #[serde(deserialize_with = "brokers")]
     pub brokers: String,
     #[serde(deserialize_with = "topic")]
@@ -175,6 +264,13 @@ pub enum Start {
 pub struct Operator {
     #[serde(deserialize_with = "operator_name")]
     pub name: String,
+    /// What it reads: sources, operators (their first output) or `operator/output`;
+    /// the chain form leaves it out (each operator reads the one before it).
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// The names of its outputs, handed to the plugin's `init`; default `["out"]`.
+    #[serde(default = "default_outputs", deserialize_with = "output_names")]
+    pub outputs: Vec<String>,
     /// The component file, absolute once loaded; it exists when `load`/`parse` return.
     pub plugin: PathBuf,
     /// Route each record to the subtask owning its key's key group rather than keep it
@@ -221,14 +317,27 @@ pub struct Operator {
     pub config: BTreeMap<String, String>,
 }
 
-/// `[sink]`: the Kafka topic the job writes.
+/// A `[[sinks]]` entry: a topic the job writes, and what it takes.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sink {
-    #[serde(deserialize_with = "brokers")]
-    pub brokers: String,
+    #[serde(default = "default_sink_name", deserialize_with = "sink_name")]
+    pub name: String,
     #[serde(deserialize_with = "topic")]
     pub topic: String,
+    /// Operators (their first output), `operator/output`s or sources; the chain form's
+    /// sink takes the last operator.
+    #[serde(default)]
+    pub from: Vec<String>,
+}
+
+/// `[producer]`: how every sink is written. One producer, so one transaction per
+/// checkpoint holds every sink's records, the input offsets and the state changes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Producer {
+    #[serde(deserialize_with = "brokers")]
+    pub brokers: String,
     #[serde(default)]
     pub delivery: Delivery,
     #[serde(default, deserialize_with = "optional_topic")]
@@ -237,6 +346,22 @@ pub struct Sink {
     /// forces (`sink::config::FORCED`) are refused.
     #[serde(default, deserialize_with = "sink_kafka")]
     pub kafka: BTreeMap<String, String>,
+}
+
+/// The chain form's `[sink]`: one topic and the producer.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChainSink {
+    #[serde(deserialize_with = "brokers")]
+    brokers: String,
+    #[serde(deserialize_with = "topic")]
+    topic: String,
+    #[serde(default)]
+    delivery: Delivery,
+    #[serde(default, deserialize_with = "optional_topic")]
+    dead_letter_topic: Option<String>,
+    #[serde(default, deserialize_with = "sink_kafka")]
+    kafka: BTreeMap<String, String>,
 }
 
 /// `[sink] delivery`.
@@ -297,6 +422,13 @@ pub enum JobErrorKind {
     Parse(#[source] toml::de::Error),
     #[error("two operators are named `{name}`; give each [[operators]] entry a unique name")]
     DuplicateOperator { name: String },
+    /// The graph form's checks across entries (names, inputs, cycles, tables); `line` is
+    /// that of the entry at fault.
+    #[error("line {line}: {problem}")]
+    Graph { line: usize, problem: String },
+    /// A mix of the chain form and the graph form, or a part of neither.
+    #[error("{0}")]
+    Form(String),
     #[error(
         "operator `{operator}`: plugin {path} {problem} (plugin paths are relative to the job \
          file's directory); build the plugin or fix `plugin`",
@@ -321,7 +453,7 @@ pub enum JobErrorKind {
         timeout_ms: u64,
         defaulted: bool,
     },
-    #[error("{what} is `{topic}`, the topic the job reads: {why}; use another topic")]
+    #[error("{what} is `{topic}`, a topic the job reads: {why}; use another topic")]
     TopicLoop {
         what: &'static str,
         topic: String,
@@ -403,16 +535,11 @@ pub fn parse(text: &str, base_dir: &Path) -> Result<Job, JobError> {
 }
 
 fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
-    let mut job: Job = toml::from_str(text).map_err(JobErrorKind::Parse)?;
+    let file: JobFile = toml::from_str(text).map_err(JobErrorKind::Parse)?;
+    let mut job = graph::build(file, text)?;
     job.state_dir = base.join(&job.state_dir);
 
-    let mut names = BTreeSet::new();
     for operator in &mut job.operators {
-        if !names.insert(operator.name.clone()) {
-            return Err(JobErrorKind::DuplicateOperator {
-                name: operator.name.clone(),
-            });
-        }
         operator.plugin = base.join(&operator.plugin);
         let problem = match std::fs::metadata(&operator.plugin) {
             Ok(meta) if meta.is_file() => None,
@@ -429,8 +556,8 @@ fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
         }
     }
 
-    if job.sink.delivery == Delivery::ExactlyOnce {
-        let (timeout_ms, defaulted) = match job.sink.kafka.get("transaction.timeout.ms") {
+    if job.producer.delivery == Delivery::ExactlyOnce {
+        let (timeout_ms, defaulted) = match job.producer.kafka.get("transaction.timeout.ms") {
             Some(value) => (
                 value
                     .trim()
@@ -451,25 +578,17 @@ fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
         }
     }
 
-    if job.scale_out && job.sink.delivery == Delivery::AtLeastOnce {
+    if job.scale_out && job.producer.delivery == Delivery::AtLeastOnce {
         return Err(JobErrorKind::ScaleOutAtLeastOnce);
     }
-
-    let same_cluster = job.source.brokers == job.sink.brokers;
-    if same_cluster && job.sink.topic == job.source.topic {
-        return Err(JobErrorKind::TopicLoop {
-            what: "[sink] topic",
-            topic: job.sink.topic.clone(),
-            why: "the job would read its own output forever",
-        });
+    if job.scale_out && job.sources.len() > 1 {
+        return Err(JobErrorKind::Form(format!(
+            "scale_out = true with several [[sources]] ({}) is not supported yet: a job of several processes \
+             reads one input topic; run this job as one process",
+            job.sources.iter().map(|s| format!("`{}`", s.topic)).collect::<Vec<_>>().join(", ")
+        )));
     }
-    if same_cluster && job.sink.dead_letter_topic.as_deref() == Some(job.source.topic.as_str()) {
-        return Err(JobErrorKind::TopicLoop {
-            what: "[sink] dead_letter_topic",
-            topic: job.source.topic.clone(),
-            why: "a poison record would come back to poison the job again",
-        });
-    }
+    check_topic_loops(&job)?;
 
     if job.restarts.backoff_initial_ms > job.restarts.backoff_max_ms {
         return Err(JobErrorKind::Backoff {
@@ -478,6 +597,27 @@ fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
         });
     }
     Ok(job)
+}
+
+/// No sink, dead-letter topic or changelog may be a topic the job reads (on the same
+/// cluster): the job would read what it writes.
+fn check_topic_loops(job: &Job) -> Result<(), JobErrorKind> {
+    let reads = |topic: &str| job.sources.iter().any(|s| s.brokers == job.producer.brokers && s.topic == topic);
+    if let Some(sink) = job.sinks.iter().find(|sink| reads(&sink.topic)) {
+        return Err(JobErrorKind::TopicLoop {
+            what: if job.sinks.len() == 1 { "[sink] topic" } else { "a [[sinks]] topic" },
+            topic: sink.topic.clone(),
+            why: "the job would read its own output forever",
+        });
+    }
+    if let Some(topic) = job.producer.dead_letter_topic.as_deref().filter(|topic| reads(topic)) {
+        return Err(JobErrorKind::TopicLoop {
+            what: "dead_letter_topic",
+            topic: topic.to_string(),
+            why: "a poison record would come back to poison the job again",
+        });
+    }
+    Ok(())
 }
 
 // Field checks. Each runs inside deserialization, so toml reports the value's line and column.
@@ -522,11 +662,40 @@ fn job_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 }
 
 fn operator_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    checked_name(
-        "operator name",
-        String::deserialize(d)?,
-        MAX_OPERATOR_NAME_CHARS,
-    )
+    checked_name("operator name", String::deserialize(d)?, MAX_OPERATOR_NAME_CHARS)
+}
+
+fn source_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    checked_name("source name", String::deserialize(d)?, MAX_OPERATOR_NAME_CHARS)
+}
+
+fn sink_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    checked_name("sink name", String::deserialize(d)?, MAX_OPERATOR_NAME_CHARS)
+}
+
+fn output_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    if names.is_empty() || names.len() > MAX_OUTPUTS {
+        return Err(de::Error::custom(format!("outputs has {} names; give 1..={MAX_OUTPUTS}", names.len())));
+    }
+    let mut seen = BTreeSet::new();
+    for name in &names {
+        checked_name::<D::Error>("output name", name.clone(), MAX_OPERATOR_NAME_CHARS)?;
+        if !seen.insert(name) {
+            return Err(de::Error::custom(format!("output `{name}` is named twice")));
+        }
+    }
+    Ok(names)
+}
+
+fn default_outputs() -> Vec<String> {
+    vec!["out".to_string()]
+}
+fn default_source_name() -> String {
+    "source".to_string()
+}
+fn default_sink_name() -> String {
+    "sink".to_string()
 }
 
 fn topic<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -617,8 +786,8 @@ fn compile_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> 
     in_range("compile_timeout_ms", u64::deserialize(d)?, 100, 3_600_000)
 }
 
-fn operators<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Operator>, D::Error> {
-    let operators = Vec::<Operator>::deserialize(d)?;
+fn operators<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Spanned<Operator>>, D::Error> {
+    let operators = Vec::<Spanned<Operator>>::deserialize(d)?;
     if operators.is_empty() {
         return Err(de::Error::custom(
             "operators is empty; a job needs at least one [[operators]]",

@@ -18,7 +18,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::batch::{Batch, RecordRef};
 use crate::checkpoint::layout::{self, PartitionState, ShardMetadata};
-use crate::dataflow::{DeadLetter, Event, Message, TaskFailure};
+use crate::dataflow::{DeadLetter, Event, InputTopics, Message, TaskFailure};
 
 pub mod config;
 
@@ -86,7 +86,8 @@ pub(crate) struct SinkConfig<'a> {
     /// The producer's: the job's name, or a scaled-out process's (`shard_transactional_id`).
     pub(crate) transactional_id: &'a str,
     pub(crate) brokers: &'a str,
-    pub(crate) topic: &'a str,
+    /// Every sink's topic.
+    pub(crate) topics: Vec<&'a str>,
     pub(crate) dead_letter_topic: Option<&'a str>,
     pub(crate) delivery: Delivery,
     pub(crate) extra: &'a BTreeMap<String, String>,
@@ -96,7 +97,8 @@ pub(crate) struct Sink {
     job: String,
     producer: ThreadedProducer<SinkContext>,
     delivery: Delivery,
-    topic: String,
+    /// The sinks' topics, for messages.
+    topics: String,
     dead_letter_topic: Option<String>,
     group: ConsumerGroupMetadata,
     /// Commits offsets in at-least-once mode; names the group in exactly-once mode.
@@ -160,7 +162,7 @@ fn start_producer(
     check_topics: bool,
 ) -> Result<ThreadedProducer<SinkContext>, SinkError> {
     let client = self::config::client_config(transactional_id, config.brokers, init.is_some(), config.extra);
-    let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
+    let kafka = |doing, source| SinkError::Kafka { topic: config.topics.join(", "), doing, source };
     let producer: ThreadedProducer<SinkContext> =
         client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating the producer", e))?;
     if check_topics {
@@ -191,7 +193,8 @@ fn warm_up<C: ClientContext>(client: &rdkafka::client::Client<C>) {
 /// partition count, which scatters keyed output nobody asked for.
 fn check_topics_exist(metadata: &rdkafka::metadata::Metadata, config: &SinkConfig<'_>) -> Result<(), SinkError> {
     let exists = |name: &str| metadata.topics().iter().any(|topic| topic.name() == name && topic.error().is_none());
-    let wanted = [("[sink] topic", Some(config.topic)), ("[sink] dead_letter_topic", config.dead_letter_topic)];
+    let sinks = config.topics.iter().map(|&topic| ("sink topic", Some(topic)));
+    let wanted = sinks.chain([("dead_letter_topic", config.dead_letter_topic)]);
     for (key, topic) in wanted {
         if let Some(topic) = topic.filter(|topic| !exists(topic)) {
             return Err(SinkError::MissingTopic { key, topic: topic.to_string(), brokers: config.brokers.to_string() });
@@ -270,7 +273,7 @@ impl Sink {
     pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer, shard: Option<ShardSink>) -> Result<Sink, SinkError> {
         let init = (config.delivery == Delivery::ExactlyOnce).then_some("init_transactions");
         let producer = start_producer(config, config.transactional_id, init, true)?;
-        let kafka = |doing, source| SinkError::Kafka { topic: config.topic.to_string(), doing, source };
+        let kafka = |doing, source| SinkError::Kafka { topic: config.topics.join(", "), doing, source };
         let group = offsets.group_metadata().ok_or_else(|| {
             kafka("reading the consumer group metadata", KafkaError::Subscription("no group".into()))
         })?;
@@ -278,7 +281,7 @@ impl Sink {
             job: config.job.to_string(),
             producer,
             delivery: config.delivery,
-            topic: config.topic.to_string(),
+            topics: config.topics.join(", "),
             dead_letter_topic: config.dead_letter_topic.map(str::to_string),
             group,
             offsets,
@@ -295,20 +298,23 @@ impl Sink {
         Ok(())
     }
 
-    pub(crate) fn send(&self, batch: &Batch) -> Result<(), SinkError> {
+    pub(crate) fn send(&self, topic: &str, batch: &Batch) -> Result<(), SinkError> {
         for record in batch.iter() {
-            self.produce(&self.topic, record, &[])?;
+            self.produce(topic, record, &[])?;
         }
         Ok(())
     }
 
     /// Writes records that crashed a plugin twice to the dead-letter topic, in the
     /// current transaction, with what happened in headers.
-    pub(crate) fn send_dead_letter(&self, letter: &DeadLetter, source_topic: &str) -> Result<(), SinkError> {
+    pub(crate) fn send_dead_letter(&self, letter: &DeadLetter, inputs: &InputTopics) -> Result<(), SinkError> {
         let topic = self.dead_letter_topic.as_deref().expect("dead letters only flow when a topic is set");
         for (index, record) in letter.records.batch.iter().enumerate() {
             let origin = letter.records.origins.get(index);
-            let partition = origin.map(|o| o.partition.to_string()).unwrap_or_default();
+            let (source_topic, partition) = origin.map_or(("", String::new()), |o| {
+                let (_, topic, partition) = inputs.resolve(o.partition);
+                (topic, partition.to_string())
+            });
             let offset = origin.map(|o| o.offset.to_string()).unwrap_or_default();
             let why: [(&str, &str); 5] = [
                 ("weir.error", &letter.error),
@@ -366,7 +372,7 @@ impl Sink {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
                     if started.elapsed() > QUEUE_FULL_LIMIT {
-                        return Err(SinkError::QueueFull { topic: self.topic.clone() });
+                        return Err(SinkError::QueueFull { topic: self.topics.clone() });
                     }
                     message = returned;
                     // Let deliveries drain the queue; the wait is bounded by the loop's limit.
@@ -380,9 +386,10 @@ impl Sink {
     /// Commits checkpoint `n`: its records and, atomically with them, the next offset
     /// of every input partition with metadata `weir:ckpt=<n>` (a scaled-out process adds
     /// the partition's greatest event time). Then opens epoch n+1.
-    pub(crate) fn commit(&self, n: u64, source_topic: &str, offsets: &BTreeMap<i32, PartitionState>) -> Result<(), SinkError> {
+    pub(crate) fn commit(&self, n: u64, inputs: &InputTopics, offsets: &BTreeMap<i32, PartitionState>) -> Result<(), SinkError> {
         let mut list = TopicPartitionList::new();
-        for (&partition, state) in offsets {
+        for (&input, state) in offsets {
+            let (_, source_topic, partition) = inputs.resolve(input);
             list.add_partition_offset(source_topic, partition, Offset::Offset(state.next_offset))
                 .map_err(|e| self.error("listing offsets", e))?;
             let metadata = match &self.shard {
@@ -450,7 +457,7 @@ impl Sink {
         let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
         if failed > 0 {
             let first = self.producer.context().first_failure.lock().expect("lock").take();
-            return Err(SinkError::Undelivered { topic: self.topic.clone(), count: failed, first: first.unwrap_or_default() });
+            return Err(SinkError::Undelivered { topic: self.topics.clone(), count: failed, first: first.unwrap_or_default() });
         }
         Ok(())
     }
@@ -488,7 +495,7 @@ impl Sink {
         } else if self.shard.is_some() && error_code(&source).is_some_and(is_stale_member_code) {
             SinkError::StaleMember { source }
         } else {
-            SinkError::Kafka { topic: self.topic.clone(), doing, source }
+            SinkError::Kafka { topic: self.topics.clone(), doing, source }
         }
     }
 
@@ -498,8 +505,10 @@ impl Sink {
 /// holds epoch N+1 back until checkpoint N is committed.
 pub(crate) struct SinkTask<'a> {
     pub(crate) sink: &'a Sink,
-    pub(crate) source_topic: String,
-    pub(crate) inputs: Vec<Receiver<Message>>,
+    /// What the origins of dead letters name.
+    pub(crate) source_topics: InputTopics,
+    /// The channels from every task a sink takes, each with its sink's topic.
+    pub(crate) inputs: Vec<(Receiver<Message>, String)>,
     pub(crate) events: Sender<Event>,
     pub(crate) committed: Receiver<u64>,
 }
@@ -511,16 +520,16 @@ impl SinkTask<'_> {
             let mut select = Select::new();
             let open: Vec<usize> = (0..self.inputs.len()).filter(|&i| !aligned[i]).collect();
             for &i in &open {
-                select.recv(&self.inputs[i]);
+                select.recv(&self.inputs[i].0);
             }
             let ready = select.select();
             let input = open[ready.index()];
-            let Ok(message) = ready.recv(&self.inputs[input]) else {
+            let Ok(message) = ready.recv(&self.inputs[input].0) else {
                 return Ok(());
             };
             match message {
-                Message::Records(records) => self.sink.send(&records.batch)?,
-                Message::DeadLetter(letter) => self.sink.send_dead_letter(&letter, &self.source_topic)?,
+                Message::Records(records) => self.sink.send(&self.inputs[input].1, &records.batch)?,
+                Message::DeadLetter(letter) => self.sink.send_dead_letter(&letter, &self.source_topics)?,
                 Message::Watermark(_) | Message::Idle => {}
                 Message::Barrier(n) => {
                     aligned[input] = true;

@@ -3,6 +3,7 @@
 //! barrier records the next offset of every partition before forwarding the barrier.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
@@ -10,11 +11,14 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{DeadLetter, Event, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
+use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Records, Shard, TaskFailure, input_id};
 use crate::metrics::Metrics;
 
+mod bootstrap;
 pub mod config;
 mod fetch;
+pub(crate) use bootstrap::Bootstrap;
+use bootstrap::TableEnd;
 mod progress;
 pub(crate) use config::consumer;
 pub(crate) use fetch::Fetcher;
@@ -42,14 +46,22 @@ pub(crate) enum Control {
 
 pub(crate) struct SourceTask {
     pub(crate) index: usize,
+    /// The job source it reads (its partitions' ids are `input_id(source, partition)`).
+    pub(crate) source: usize,
     pub(crate) topic: String,
     pub(crate) fetcher: Fetcher,
+    /// By Kafka's partition number.
     pub(crate) partitions: BTreeMap<i32, PartitionState>,
     pub(crate) max_out_of_orderness_ms: i64,
-    /// One sender per downstream subtask; records go by key group when `key_by` is
-    /// set, else to the subtask with this task's index.
-    pub(crate) outputs: Vec<Sender<Message>>,
+    /// Every reader of the source.
+    pub(crate) output: Fanout,
+    /// The job's key groups when some reader routes by key.
     pub(crate) key_by: Option<KeyGroups>,
+    /// Whether the source is a table: it reads to its end before the gate opens.
+    pub(crate) table: bool,
+    /// Open once every table of the job is read to its end: a stream source delivers
+    /// nothing before.
+    pub(crate) bootstrap: Arc<Bootstrap>,
     /// In a process of a scaled-out job, the partitions it owns: a keyed record must be
     /// in a key group of the partition it was read from.
     pub(crate) shard: Option<Shard>,
@@ -97,7 +109,11 @@ impl SourceTask {
 
     pub(crate) fn run(mut self) -> Result<(), TaskFailure> {
         self.assign()?;
+        let mut table_end = self.table.then(|| TableEnd::new(self.ends()));
         if self.partitions.is_empty() {
+            if let Some(end) = table_end.take() {
+                end.reached(&BTreeMap::new(), &self.bootstrap, &self.topic);
+            }
             return self.run_without_partitions();
         }
         let mut activity = Activity::new(self.idle_timeout, &self.partitions, Instant::now());
@@ -108,6 +124,13 @@ impl SourceTask {
                 Ok(Control::Barrier(n)) => self.barrier(n)?,
                 Ok(Control::Stop) | Err(TryRecvError::Disconnected) => return Ok(()),
                 Err(TryRecvError::Empty) => {}
+            }
+            if table_end.as_ref().is_some_and(|end| end.reached(&self.read_positions(), &self.bootstrap, &self.topic)) {
+                table_end = None;
+            }
+            if !self.table && !self.bootstrap.is_open() {
+                std::thread::sleep(POLL_WAIT);
+                continue;
             }
             let records = self.read_batch()?;
             if !records.is_empty() {
@@ -176,7 +199,7 @@ impl SourceTask {
             let headers = message.headers();
             let headers: Vec<(&str, &[u8])> = headers.iter().map(|(name, value)| (name.as_ref(), *value)).collect();
             records.batch.push(message.key(), message.payload(), timestamp, &headers);
-            records.origins.push(Origin { partition, offset: message.offset() });
+            records.origins.push(Origin { partition: input_id(self.source, partition), offset: message.offset() });
             let state = self
                 .partitions
                 .get_mut(&partition)
@@ -270,21 +293,21 @@ impl SourceTask {
         if let (Some(groups), Some(shard)) = (self.key_by, &self.shard) {
             records = self.keep_co_partitioned(groups, shard, records)?;
         }
-        let groups = match self.key_by {
-            Some(groups) if self.outputs.len() > 1 => groups,
-            Some(_) => return self.send(0, Message::Records(records)),
-            None => return self.send(self.index % self.outputs.len(), Message::Records(records)),
-        };
-        let mut routed: Vec<Records> = vec![Records::default(); self.outputs.len()];
-        for (index, record) in records.batch.iter().enumerate() {
-            routed[groups.subtask_for(record.key, self.outputs.len())].push_from(&records, index);
-        }
-        for (target, part) in routed.into_iter().enumerate() {
-            if !part.is_empty() {
-                self.send(target, Message::Records(part))?;
+        self.output.records(records)
+    }
+
+    /// Where each partition ended when the task began: a table's bootstrap reads to there.
+    fn ends(&self) -> BTreeMap<i32, i64> {
+        let consumer = self.fetcher.consumer();
+        let end = |partition: i32| match consumer.fetch_watermarks(&self.topic, partition, LAG_TIMEOUT) {
+            Ok((_, high)) => high,
+            Err(error) => {
+                // Unknown: the table counts as read once it has read what it holds now.
+                tracing::warn!(topic = %self.topic, partition, "where the table ends is unknown, it is read as far as it is: {error}");
+                self.partitions[&partition].next_offset
             }
-        }
-        Ok(())
+        };
+        self.partitions.keys().map(|&partition| (partition, end(partition))).collect()
     }
 
     /// Scaled out, each process keeps the state of the key groups its partitions carry:
@@ -315,7 +338,7 @@ impl SourceTask {
             );
             self.metrics.dead_letter_records().inc();
             let letter = DeadLetter { records: one, operator: operator.clone(), error };
-            self.send(self.index % self.outputs.len(), Message::DeadLetter(letter))?;
+            self.output.dead_letter(letter)?;
         }
         Ok(kept)
     }
@@ -331,7 +354,8 @@ impl SourceTask {
     }
 
     fn barrier(&self, n: u64) -> Result<(), TaskFailure> {
-        let states: Vec<PartitionState> = self.partitions.values().copied().collect();
+        let by_id = |state: &PartitionState| PartitionState { partition: input_id(self.source, state.partition), ..*state };
+        let states: Vec<PartitionState> = self.partitions.values().map(by_id).collect();
         let bytes = layout::encode_source(&states);
         let task = TaskId::Source { index: u32::try_from(self.index).expect("fewer than 2^32 source tasks") };
         self.events
@@ -340,21 +364,8 @@ impl SourceTask {
         self.broadcast(Message::Barrier(n))
     }
 
-    fn broadcast(&self, make: Message) -> Result<(), TaskFailure> {
-        for target in 0..self.outputs.len() {
-            let message = match &make {
-                Message::Watermark(w) => Message::Watermark(*w),
-                Message::Idle => Message::Idle,
-                Message::Barrier(n) => Message::Barrier(*n),
-                Message::Records(_) | Message::DeadLetter(_) => unreachable!("only markers are broadcast"),
-            };
-            self.send(target, message)?;
-        }
-        Ok(())
-    }
-
-    fn send(&self, target: usize, message: Message) -> Result<(), TaskFailure> {
-        self.outputs[target].send(message).map_err(|_| TaskFailure::Stopped)
+    fn broadcast(&self, marker: Message) -> Result<(), TaskFailure> {
+        self.output.marker(&marker)
     }
 
     fn kafka_failure(&self, doing: &str, error: rdkafka::error::KafkaError) -> TaskFailure {
