@@ -119,9 +119,9 @@ impl Operator for Enrich {
 
     fn init(config: &Config) -> Result<(Self, Table), Error> {
         config.deny_unknown(&["fields", "prefix", "matched_field", "unmatched"])?;
-        config.deny_unknown_inputs(&["clicks", "users"])?;
         config.input("clicks")?;
         let users = config.input("users")?;
+        config.deny_unknown_inputs(&["clicks", "users"])?;
         let fields = config.get("fields").map(|list| {
             list.split(',')
                 .map(str::trim)

@@ -111,9 +111,9 @@ impl Operator for OrderPayments {
 
     fn init(config: &Config) -> Result<(Self, State), Error> {
         config.deny_unknown(&["bound_ms", "early_ms"])?;
-        config.deny_unknown_inputs(&["orders", "payments"])?;
         config.input("orders")?;
         let payments = config.input("payments")?;
+        config.deny_unknown_inputs(&["orders", "payments"])?;
         let bound_ms = bound(config, "bound_ms", None)?;
         let early_ms = bound(config, "early_ms", Some(0))?;
         let late = config.find_output("late");
