@@ -1,9 +1,10 @@
 //! `weir check <plugin.wasm>`: proves a plugin can run here before a job uses it.
 //! It loads and validates the component, instantiates it under the limits it
-//! would get, runs `init` with the given config and then every other export once:
-//! on the records given (keyed, with event times), after restoring a saved snapshot
-//! if asked, and saving the state it ends with if asked, so that an author can try a
-//! keyed operator's main path and its restore without Kafka.
+//! would get, runs `init` with the given config and inputs and outputs, and then
+//! every other export once: on the records given (keyed, with event times, on one
+//! input), after restoring a saved snapshot if asked, and saving the state it ends
+//! with if asked, so that an author can try a keyed operator's main path and its
+//! restore without Kafka.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,8 +13,8 @@ use anyhow::Context;
 use clap::Args;
 use weir::batch::Batch;
 use weir::operator::{
-    self, Limits, LoadLimits, LogLimits, OperatorInstance, Plugin, PluginInfo, Runtime,
-    RuntimeConfig,
+    Emitted, Limits, LoadLimits, LogLimits, OperatorInstance, Plugin, PluginInfo, Ports, Runtime,
+    RuntimeConfig, World,
 };
 use weir::state::{RestoreChunks, StateChanges};
 
@@ -58,6 +59,17 @@ pub(super) struct CheckArgs {
     /// A config entry for `init` (`key=value`, repeatable), as the job file would give.
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
     config: Vec<(String, String)>,
+    /// The names of the operator's inputs, in the job file's order, as `init` gets them
+    /// (a weir:operator@0.3 plugin; a 0.2 plugin has exactly one).
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',', default_value = "in")]
+    inputs: Vec<String>,
+    /// The names of the operator's outputs, in the job file's order, as `init` gets
+    /// them; what each receives is counted.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',', default_value = "out")]
+    outputs: Vec<String>,
+    /// The input (one of --inputs) the records arrive on; default: the first.
+    #[arg(long, value_name = "NAME")]
+    input: Option<String>,
     /// A record for the `process` call (repeatable): `VALUE` (no key) or
     /// `KEY=VALUE` (split at the first `=`), either optionally ending in `@TIMESTAMP`
     /// (epoch ms; default: the record's position, 0, 1, ...). A keyless value holding
@@ -86,7 +98,7 @@ pub(super) struct CheckArgs {
     save_snapshot: Option<PathBuf>,
     /// Stop after validation and instantiation: do not call `init` or any export
     /// (for a plugin whose config is not at hand).
-    #[arg(long, conflicts_with_all = ["config", "records", "records_file", "restore", "save_snapshot", "watermark"])]
+    #[arg(long, conflicts_with_all = ["config", "records", "records_file", "restore", "save_snapshot", "watermark", "input"])]
     no_init: bool,
 }
 
@@ -114,6 +126,11 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
         max_bytes: args.max_plugin_mb << 20,
         compile_timeout: Duration::from_millis(args.compile_timeout_ms),
     };
+    let ports = Ports {
+        inputs: args.inputs.clone(),
+        outputs: args.outputs.clone(),
+    };
+    let input = input_index(&ports, args.input.as_deref())?;
     let runtime =
         Runtime::new(RuntimeConfig::default()).context("cannot start the WebAssembly runtime")?;
     let plugin = Plugin::load_with(&runtime, &args.plugin, load)?;
@@ -128,22 +145,41 @@ pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
     if args.no_init {
         println!("calls:    not run (--no-init)");
     } else {
-        call_every_export(&args, &plugin, limits)?;
+        call_every_export(&args, &plugin, limits, &ports, input)?;
     }
     println!("ok: {} can run as a weir operator", plugin.path().display());
     Ok(())
 }
 
+/// The index of input `name` of `ports` (the first if `None`).
+fn input_index(ports: &Ports, name: Option<&str>) -> anyhow::Result<u32> {
+    let Some(name) = name else { return Ok(0) };
+    let index = ports.inputs.iter().position(|input| input == name).with_context(|| {
+        format!(
+            "--input {name} is not one of the inputs ({}); name one of --inputs",
+            ports.inputs.join(", ")
+        )
+    })?;
+    Ok(u32::try_from(index).expect("an operator has fewer than 2^32 inputs"))
+}
+
 /// `init`, then (after restoring `--restore`, if given) every other export once, as a
 /// job would; saves the state it ends with to `--save-snapshot`, if given.
-fn call_every_export(args: &CheckArgs, plugin: &Plugin, limits: Limits) -> anyhow::Result<()> {
+fn call_every_export(
+    args: &CheckArgs,
+    plugin: &Plugin,
+    limits: Limits,
+    ports: &Ports,
+    input: u32,
+) -> anyhow::Result<()> {
     let entries = args.config.len();
     let start = || {
-        OperatorInstance::new(plugin, limits, args.config.clone(), "check".into()).map_err(
-            |err| {
-                anyhow::anyhow!("{err} (with --config key=value, or skip init with --no-init)")
-            },
-        )
+        OperatorInstance::with_ports(plugin, limits, args.config.clone(), ports.clone(), "check".into())
+            .map_err(|err| {
+                anyhow::anyhow!(
+                    "{err} (with --config key=value, --inputs and --outputs, or skip init with --no-init)"
+                )
+            })
     };
     let mut records = args.records.clone();
     if let Some(path) = &args.records_file {
@@ -151,8 +187,10 @@ fn call_every_export(args: &CheckArgs, plugin: &Plugin, limits: Limits) -> anyho
     }
     let mut instance = start()?;
     println!(
-        "init:     ok with {entries} config entr{}",
-        if entries == 1 { "y" } else { "ies" }
+        "init:     ok with {entries} config entr{}, inputs {}, outputs {}",
+        if entries == 1 { "y" } else { "ies" },
+        ports.inputs.join(", "),
+        ports.outputs.join(", ")
     );
     let mut image = Image::new();
     let mut watermark = i64::MIN;
@@ -166,7 +204,7 @@ fn call_every_export(args: &CheckArgs, plugin: &Plugin, limits: Limits) -> anyho
         );
     }
     let to = args.watermark.unwrap_or(i64::MAX).max(watermark);
-    let changes = exercise(&mut instance, &records, to)?;
+    let changes = exercise(&mut instance, input, &records, to)?;
     // What a checkpoint holds after this round: the restored state with the
     // round's changes applied (removals delete).
     for (_, key, value) in changes.entries() {
@@ -187,16 +225,19 @@ fn call_every_export(args: &CheckArgs, plugin: &Plugin, limits: Limits) -> anyho
 }
 
 fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
-    let host = operator::host_version();
+    let speaks: Vec<String> = World::ALL.iter().map(World::to_string).collect();
+    let speaks = speaks.join(" and ");
     let version = match &info.version {
-        Some(v) => format!(
-            "{}@{v} (this host speaks @{host}: compatible)",
-            info.package
-        ),
+        Some(v) => format!("{}@{v} (this host speaks {speaks}: compatible)", info.package),
         None => format!(
-            "{} (unversioned: it imports no {} interface; its exports match @{host})",
-            info.package, info.package
+            "{} (unversioned: it imports no {} interface; its exports match {})",
+            info.package, info.package, info.world
         ),
+    };
+    let shape = if info.world.has_ports() {
+        "named inputs and outputs"
+    } else {
+        "one input, one output"
     };
     println!(
         "plugin:   {} ({})",
@@ -204,6 +245,7 @@ fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
         mib(info.size_bytes as usize)
     );
     println!("package:  {version}");
+    println!("world:    {} ({shape})", info.world);
     println!("exports:  {}", info.exports.join(", "));
     println!("imports:  {}", summarise_imports(&info.imports));
     println!(
@@ -240,12 +282,14 @@ fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) -> an
     Ok(())
 }
 
-/// Calls `process`, `on-watermark` (to `watermark`) and one `snapshot` round, in
-/// the order a job would, so that a plugin that loops, exhausts memory or traps fails
-/// here, and its state is checked as a job checks it (one key group: check knows no
-/// job's); prints what the calls emit. Returns the round's state changes.
+/// Calls `process` (on input `input`), `on-watermark` (to `watermark`) and one
+/// `snapshot` round, in the order a job would, so that a plugin that loops, exhausts
+/// memory or traps fails here, and its outputs and state are checked as a job checks
+/// them (one key group: check knows no job's); prints what the calls emit, and how
+/// much reached each output. Returns the round's state changes.
 fn exercise(
     instance: &mut OperatorInstance,
+    input: u32,
     records: &[InputRecord],
     watermark: i64,
 ) -> anyhow::Result<StateChanges> {
@@ -254,39 +298,63 @@ fn exercise(
         let timestamp = record.timestamp.unwrap_or(position);
         batch.push(record.key.as_deref(), &record.value, timestamp, &[]);
     }
-    let processed = instance.process(&batch)?;
-    print_records("process", &processed);
-    let fired = instance.on_watermark(watermark)?;
-    print_records("on-watermark", &fired);
+    let outputs = instance.ports().outputs.clone();
+    let processed = instance.process_input(input, &batch)?;
+    print_records("process", &processed, &outputs);
+    let fired = instance.on_watermark_emitted(watermark)?;
+    print_records("on-watermark", &fired, &outputs);
     let changes = instance.snapshot_round(0, |_| Ok(0))?;
     let (keys, bytes) = changes.size();
     println!(
-        "calls:    process ({} record(s) in, {} out), on-watermark ({} out), snapshot ({} changed keys, \
-         {} bytes): ok",
+        "calls:    process ({} record(s) in, {} out), on-watermark ({} out), snapshot ({} \
+         changed keys, {} bytes): ok",
         batch.len(),
         processed.len(),
         fired.len(),
         keys,
         bytes
     );
+    let per_output = |emitted: Emitted| -> Vec<usize> {
+        emitted.into_outputs(outputs.len()).iter().map(Batch::len).collect()
+    };
+    let (processed, fired) = (per_output(processed), per_output(fired));
+    let counts: Vec<String> = (0..outputs.len())
+        .map(|o| {
+            format!(
+                "{} {} (process {}, on-watermark {})",
+                outputs[o],
+                processed[o] + fired[o],
+                processed[o],
+                fired[o]
+            )
+        })
+        .collect();
+    println!("input:    {} ({} record(s))", instance.ports().inputs[input as usize], batch.len());
+    println!("outputs:  {}", counts.join("; "));
     Ok(changes)
 }
 
-/// Prints the first records a call emitted, one line each.
-fn print_records(call: &str, batch: &Batch) {
-    for record in batch.iter().take(PRINTED_RECORDS) {
+/// Prints the first records a call emitted, one line each, naming the output of each
+/// when there are several.
+fn print_records(call: &str, emitted: &Emitted, outputs: &[String]) {
+    for (index, record) in emitted.batch().iter().enumerate().take(PRINTED_RECORDS) {
         let key = match record.key {
             Some(key) => format!("{:?}", String::from_utf8_lossy(key)),
             None => "(none)".to_owned(),
         };
+        let to = if outputs.len() > 1 {
+            format!(" to {}", outputs[emitted.output_of(index)])
+        } else {
+            String::new()
+        };
         println!(
-            "  {call} emitted: key {key} value {:?} @{}",
+            "  {call} emitted: key {key} value {:?} @{}{to}",
             String::from_utf8_lossy(record.value),
             record.timestamp
         );
     }
-    if batch.len() > PRINTED_RECORDS {
-        println!("  {call} emitted {} more", batch.len() - PRINTED_RECORDS);
+    if emitted.len() > PRINTED_RECORDS {
+        println!("  {call} emitted {} more", emitted.len() - PRINTED_RECORDS);
     }
 }
 

@@ -23,7 +23,8 @@ pub(crate) struct Cli {
 enum Command {
     /// Load and validate a plugin, instantiate it once and print what it is and
     /// the limits it would run under.
-    Check(check::CheckArgs),
+    // Boxed: its flags outweigh the other commands' many times over.
+    Check(Box<check::CheckArgs>),
     /// Run a job exactly-once until SIGTERM/SIGINT (which commits a final checkpoint).
     Run(run::RunArgs),
     /// Write a plugin skeleton in one language, with a job file, into plugins/NAME:
@@ -34,7 +35,7 @@ enum Command {
 impl Cli {
     pub(crate) fn run(self) -> anyhow::Result<()> {
         match self.command {
-            Command::Check(args) => check::run(args),
+            Command::Check(args) => check::run(*args),
             Command::Run(args) => run::run(args),
             Command::New(args) => new::run(args),
         }

@@ -1,6 +1,7 @@
-//! The `operator` world as Rust, generated from `wit/` at build time, and the
-//! conversions between the host's [`Batch`] and state entries and the wire ones. Nothing outside
-//! `operator` sees a generated type.
+//! Both `operator` worlds as Rust (0.2 from `wit/`, 0.3 from `wit/0.3/`), generated at
+//! build time, and the conversions between the host's [`Batch`] and state entries and
+//! the wire ones, shared by both worlds: their records are the same, and wasmtime
+//! checks a type by its structure. Nothing outside `operator` sees a generated type.
 
 use std::mem::MaybeUninit;
 
@@ -10,22 +11,37 @@ use wasmtime::component::__internal::{
 use wasmtime::component::{ComponentType, Func, Instance, Lift, Lower, TypedFunc};
 use wasmtime::{AsContextMut, Store};
 
+use super::error::OutputsError;
+use super::ports::Emitted;
 use super::sandbox::HostState;
 use crate::batch::{Batch, BatchError, Entry, Header, OutputBound};
 use crate::state::{ChunkError, StateChunk, StateEntry};
 
-wasmtime::component::bindgen!({
-    path: "../wit",
-    world: "weir:operator/operator",
-    // Batches go in by reference: the host lowers its own buffers into the guest
-    // without first copying them into owned wire structs.
-    ownership: Borrowing { duplicate_if_necessary: true },
-});
+/// `weir:operator@0.2.0`: one input, one output.
+pub(super) mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "weir:operator/operator",
+        // Batches go in by reference: the host lowers its own buffers into the guest
+        // without first copying them into owned wire structs.
+        ownership: Borrowing { duplicate_if_necessary: true },
+    });
+}
 
-pub(super) use self::weir::operator::log;
-pub(super) use self::weir::operator::types;
+/// `weir:operator@0.3.0`: named inputs and outputs.
+pub(super) mod v0_3 {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.3",
+        world: "weir:operator/operator",
+        ownership: Borrowing { duplicate_if_necessary: true },
+    });
+}
 
-/// The `process` export, called with [`WireBatch`] instead of the generated
+/// The 0.2 types, which the wire types below delegate to; they check against 0.3's
+/// records as well, which are the same.
+pub(super) use self::v0_2::weir::operator::types;
+
+/// The 0.2 `process` export, called with [`WireBatch`] instead of the generated
 /// `BatchParam` so that entries lower in one pass (see [`WireEntry`]).
 #[derive(Clone, Copy)]
 pub(super) struct ProcessFunc(Func);
@@ -51,6 +67,63 @@ impl ProcessFunc {
         let typed =
             unsafe { TypedFunc::<ProcessParams<'_>, ProcessResults>::new_unchecked(self.0) };
         Ok(typed.call(store, (batch,))?.0)
+    }
+}
+
+/// The 0.3 `process` export: the input's index and a [`WireBatch`] in, a
+/// [`WireEmitted`] out, lowered and lifted as the 0.2 one is.
+#[derive(Clone, Copy)]
+pub(super) struct ProcessInputFunc(Func);
+
+type ProcessInputParams<'a> = (u32, WireBatch<'a>);
+type EmittedResults = (Result<WireEmitted, String>,);
+
+impl ProcessInputFunc {
+    /// Looks `process` up in a fresh instance, checking its type against the wire types.
+    pub(super) fn new(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<Self> {
+        let typed = instance
+            .get_typed_func::<ProcessInputParams<'static>, EmittedResults>(store, "process")?;
+        Ok(Self(*typed.func()))
+    }
+
+    pub(super) fn call(
+        self,
+        store: impl AsContextMut<Data = HostState>,
+        input: u32,
+        batch: WireBatch<'_>,
+    ) -> wasmtime::Result<Result<WireEmitted, String>> {
+        // SAFETY: as in `ProcessFunc::call`: `new` checked these very types.
+        let typed =
+            unsafe { TypedFunc::<ProcessInputParams<'_>, EmittedResults>::new_unchecked(self.0) };
+        Ok(typed.call(store, (input, batch))?.0)
+    }
+}
+
+/// The `on-watermark` export, whose records lift as `process`'s do: a
+/// [`WireBatchResult`] (0.2) or a [`WireEmitted`] (0.3).
+pub(super) struct WatermarkFunc<R: Lift + 'static>(TypedFunc<(i64,), (Result<R, String>,)>);
+
+// Not derived: that would ask `R: Copy`, which a handle to the function needs not.
+impl<R: Lift + 'static> Clone for WatermarkFunc<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R: Lift + 'static> Copy for WatermarkFunc<R> {}
+
+impl<R: Lift + 'static> WatermarkFunc<R> {
+    /// Looks `on-watermark` up in a fresh instance, checking its type against `R`.
+    pub(super) fn new(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<Self> {
+        Ok(Self(instance.get_typed_func(store, "on-watermark")?))
+    }
+
+    pub(super) fn call(
+        self,
+        store: impl AsContextMut<Data = HostState>,
+        watermark: i64,
+    ) -> wasmtime::Result<Result<R, String>> {
+        Ok(self.0.call(store, (watermark,))?.0)
     }
 }
 
@@ -184,17 +257,23 @@ impl From<&types::StateEntry> for StateEntry {
     }
 }
 
-impl From<&StateEntry> for types::StateEntry {
-    fn from(e: &StateEntry) -> types::StateEntry {
-        types::StateEntry {
-            key_offset: e.key_offset,
-            key_len: e.key_len,
-            value_offset: e.value_offset,
-            value_len: e.value_len,
-            removed: e.removed,
+/// A state entry as either world's generated `state-entry`, for `restore`.
+macro_rules! state_entry_to_guest {
+    ($($world:ident),*) => {$(
+        impl From<&StateEntry> for $world::weir::operator::types::StateEntry {
+            fn from(e: &StateEntry) -> Self {
+                Self {
+                    key_offset: e.key_offset,
+                    key_len: e.key_len,
+                    value_offset: e.value_offset,
+                    value_len: e.value_len,
+                    removed: e.removed,
+                }
+            }
         }
-    }
+    )*};
 }
+state_entry_to_guest!(v0_2, v0_3);
 
 /// The WIT `batch` as the host lowers it: borrowed from a [`Batch`].
 #[derive(ComponentType, Lower)]
@@ -213,6 +292,25 @@ pub(super) struct WireBatchResult {
     data: Vec<u8>,
     entries: Vec<WireEntry>,
     headers: Vec<types::HeaderResult>,
+}
+
+/// The WIT `emitted` (0.3) as the host lifts it: the records as a
+/// [`WireBatchResult`], and the output of each.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+pub(super) struct WireEmitted {
+    batch: WireBatchResult,
+    outputs: Vec<u8>,
+}
+
+impl From<WireBatchResult> for WireEmitted {
+    /// A 0.2 output: every record to the first output.
+    fn from(batch: WireBatchResult) -> Self {
+        WireEmitted {
+            batch,
+            outputs: Vec::new(),
+        }
+    }
 }
 
 /// The host's own [`Entry`] as a WIT `entry`, so a batch's entries cross without
@@ -374,36 +472,30 @@ pub(super) fn with_wire<R>(batch: &Batch, f: impl FnOnce(WireBatch<'_>) -> R) ->
     })
 }
 
-/// Takes ownership of a batch a guest returned from `process`; its buffers move,
-/// not copy.
-pub(super) fn from_wire(batch: WireBatchResult, bound: OutputBound) -> Result<Batch, BatchError> {
+/// Takes ownership of what a guest emitted; its buffers move, not copy. The batch is
+/// checked against `bound`, and the `outputs` list against `outputs`, the number of
+/// the operator's outputs.
+pub(super) fn emitted_from_wire(
+    wire: WireEmitted,
+    bound: OutputBound,
+    outputs: usize,
+) -> Result<Emitted, Refused> {
+    let batch = wire.batch;
     // Same layout (`repr(transparent)`): collects in place, no allocation.
     let entries = batch
         .entries
         .into_iter()
         .map(|WireEntry(entry)| entry)
         .collect();
-    Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers), bound)
+    let batch = Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers), bound)
+        .map_err(Refused::Batch)?;
+    Emitted::new(batch, wire.outputs, outputs).map_err(Refused::Outputs)
 }
 
-/// The same for the generated result type the other exports return.
-pub(super) fn from_generated(
-    batch: types::BatchResult,
-    bound: OutputBound,
-) -> Result<Batch, BatchError> {
-    let entries = batch
-        .entries
-        .into_iter()
-        .map(|e| Entry {
-            has_key: e.has_key,
-            key_offset: e.key_offset,
-            key_len: e.key_len,
-            value_offset: e.value_offset,
-            value_len: e.value_len,
-            timestamp: e.timestamp,
-        })
-        .collect();
-    Batch::from_parts(batch.data, entries, headers_from_wire(batch.headers), bound)
+/// Why the host refuses what a guest emitted.
+pub(super) enum Refused {
+    Batch(BatchError),
+    Outputs(OutputsError),
 }
 
 fn headers_from_wire(headers: Vec<types::HeaderResult>) -> Vec<Header> {

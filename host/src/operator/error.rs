@@ -70,14 +70,16 @@ pub enum PluginError {
     Invalid { path: PathBuf, detail: String },
 
     #[error(
-        "plugin {} was built against weir:operator@{plugin}, which this host (weir:operator@{host}) \
-         cannot run: versions are compatible only with the same major version (and, before 1.0, \
-         the same minor); rebuild the plugin against wit/ of this weir release",
-        path.display()
+        "plugin {} was built against weir:operator@{plugin}, which this host cannot run: it speaks \
+         {} (newest weir:operator@{host}), and versions are compatible only with the same \
+         major version (and, before 1.0, the same minor); rebuild the plugin against wit/ of \
+         this weir release",
+        path.display(), super::contract::spoken()
     )]
     IncompatibleVersion {
         path: PathBuf,
         plugin: semver::Version,
+        /// The newest version this host speaks (it speaks every one of `World::ALL`).
         host: semver::Version,
     },
 
@@ -256,6 +258,18 @@ pub enum OperatorError {
         problem: BatchError,
     },
 
+    /// The guest returned an `outputs` list (weir:operator@0.3) that does not route
+    /// its records: not one index per record, or an index past the operator's outputs.
+    #[error(
+        "{id}: {call} returned malformed outputs: {problem}; nothing of it was passed on and the \
+         input is handled as if the plugin had crashed on it; this is a bug in the plugin"
+    )]
+    InvalidOutputs {
+        id: OperatorId,
+        call: Call,
+        problem: OutputsError,
+    },
+
     /// The guest's `snapshot` returned state changes that break the contract: an entry
     /// outside its chunk, a chunk over the limit, a key twice in a round, a key this
     /// subtask does not own, state from an operator that may keep none.
@@ -290,9 +304,30 @@ impl OperatorError {
             | Self::Instantiate { id, .. }
             | Self::Init { id, .. }
             | Self::InvalidOutput { id, .. }
+            | Self::InvalidOutputs { id, .. }
             | Self::InvalidState { id, .. } => id,
         }
     }
+}
+
+/// What is wrong with the `outputs` list a weir:operator@0.3 call returned beside its
+/// records (see `emitted` in `wit/0.3/operator.wit`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OutputsError {
+    #[error(
+        "it lists {outputs} output(s) for {records} record(s): the list must be empty (every \
+         record to the first output) or name one output per record"
+    )]
+    Length { records: usize, outputs: usize },
+    #[error(
+        "record {index} goes to output {output}, but the operator has {count} output(s) \
+         (indices 0..{count})"
+    )]
+    OutOfRange {
+        index: usize,
+        output: u8,
+        count: usize,
+    },
 }
 
 fn list(items: &[String]) -> String {

@@ -6,9 +6,12 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap};
 
-use super::bindings::{Operator, ProcessFunc, SnapshotFunc, from_generated, from_wire, types, with_wire};
+use super::bindings::{Refused, WireEmitted, emitted_from_wire};
+use super::contract::World;
 use super::error::{Call, OperatorError, OperatorId};
+use super::exports::Exports;
 use super::plugin::Plugin;
+use super::ports::{Emitted, Ports};
 use super::sandbox::HostState;
 use super::stdio::{self, LogGate, LogLimits};
 use crate::batch::{Batch, BatchError, OutputBound};
@@ -74,6 +77,8 @@ pub struct OperatorInstance {
     plugin: Plugin,
     limits: Limits,
     config: Vec<(String, String)>,
+    /// Handed to every `init`, the first and those after a crash.
+    ports: Ports,
     id: OperatorId,
     /// `limits.call_timeout` in epoch ticks, computed once: every call sets it.
     deadline_ticks: u64,
@@ -94,9 +99,7 @@ const _: () = {
 
 struct Live {
     store: Store<HostState>,
-    operator: Operator,
-    process: ProcessFunc,
-    snapshot: SnapshotFunc,
+    exports: Exports,
 }
 
 /// What instantiating a plugin costs, reported by `weir check`.
@@ -140,22 +143,54 @@ impl Plugin {
 }
 
 impl OperatorInstance {
-    /// Instantiates `plugin` and calls `init(config)`. `label` names the
-    /// instance in logs and errors (e.g. `"enrich[3]"`).
+    /// Instantiates `plugin` and calls `init(config)`, as an operator with one input
+    /// and one output ([`Ports::single`]). `label` names the instance in logs and
+    /// errors (e.g. `"enrich[3]"`).
     pub fn new(
         plugin: &Plugin,
         limits: Limits,
         config: Vec<(String, String)>,
         label: String,
     ) -> Result<Self, OperatorError> {
+        Self::with_ports(plugin, limits, config, Ports::single(), label)
+    }
+
+    /// Instantiates `plugin` as an operator with the inputs and outputs `ports` names
+    /// and calls `init`: a weir:operator@0.3 plugin's with the names, a 0.2 plugin's
+    /// with the config alone. A 0.2 plugin cannot tell inputs apart: given other
+    /// ports than one input and one output it is refused, as a config `init`
+    /// refuses is ([`OperatorError::Init`]).
+    pub fn with_ports(
+        plugin: &Plugin,
+        limits: Limits,
+        config: Vec<(String, String)>,
+        ports: Ports,
+        label: String,
+    ) -> Result<Self, OperatorError> {
         let id = OperatorId {
             label: label.clone(),
             plugin: plugin.path().to_owned(),
         };
+        let world = plugin.info().world;
+        let problem = ports.problem().or_else(|| {
+            (!world.has_ports() && !ports.is_single()).then(|| {
+                format!(
+                    "the plugin targets {world}, whose operators have one input and one output, \
+                     but this operator has {}; rebuild it against {} (wit/0.3) to read \
+                     several inputs or write several outputs",
+                    ports.describe(),
+                    World::NEWEST
+                )
+            })
+        });
+        if let Some(detail) = problem {
+            return Err(OperatorError::Init { id, detail });
+        }
         let mut instance = Self {
             plugin: plugin.clone(),
             limits,
             config,
+            ports,
             id,
             deadline_ticks: plugin.runtime().deadline_ticks(limits.call_timeout),
             log: LogGate::new(label.into(), limits.log),
@@ -165,22 +200,70 @@ impl OperatorInstance {
         Ok(instance)
     }
 
-    /// Hands the guest a batch; returns the records it emits now.
-    pub fn process(&mut self, batch: &Batch) -> Result<Batch, OperatorError> {
-        let output = self.call(Call::Process, |live| {
-            with_wire(batch, |wire| live.process.call(&mut live.store, wire))
-        })?;
-        from_wire(output, self.limits.output_bound())
-            .map_err(|problem| self.output_error(Call::Process, problem))
+    /// The inputs and outputs this instance was started with.
+    pub fn ports(&self) -> &Ports {
+        &self.ports
     }
 
-    /// Event time reached `watermark`; returns the records this completes.
-    pub fn on_watermark(&mut self, watermark: i64) -> Result<Batch, OperatorError> {
-        let output = self.call(Call::OnWatermark, |live| {
-            live.operator.call_on_watermark(&mut live.store, watermark)
+    /// The world of its plugin.
+    pub fn world(&self) -> World {
+        self.plugin.info().world
+    }
+
+    /// Hands the guest a batch that arrived on input `input` (an index into
+    /// [`Ports::inputs`]); returns the records it emits now, each with its output.
+    /// Records and outputs are checked as they cross: records within the limits,
+    /// [`OperatorError::InvalidOutputs`] for an `outputs` list that does not route
+    /// them. A 0.2 plugin's records all go to output 0.
+    ///
+    /// # Panics
+    /// If `input` is not an index into [`Ports::inputs`]: the caller's bug.
+    pub fn process_input(&mut self, input: u32, batch: &Batch) -> Result<Emitted, OperatorError> {
+        assert!(
+            (input as usize) < self.ports.inputs.len(),
+            "{}: input {input} of {}",
+            self.id,
+            self.ports.describe()
+        );
+        let output = self.call(Call::Process, |live| {
+            live.exports.process(&mut live.store, input, batch)
         })?;
-        from_generated(output, self.limits.output_bound())
-            .map_err(|problem| self.output_error(Call::OnWatermark, problem))
+        self.emitted(Call::Process, output)
+    }
+
+    /// Event time reached `watermark`; returns the records this completes, each with
+    /// its output, checked as [`Self::process_input`]'s are.
+    pub fn on_watermark_emitted(&mut self, watermark: i64) -> Result<Emitted, OperatorError> {
+        let output = self.call(Call::OnWatermark, |live| {
+            live.exports.on_watermark(&mut live.store, watermark)
+        })?;
+        self.emitted(Call::OnWatermark, output)
+    }
+
+    /// Hands the guest a batch on input 0; returns the records it emits now, of every
+    /// output, in order (for an operator with one output: its records).
+    pub fn process(&mut self, batch: &Batch) -> Result<Batch, OperatorError> {
+        Ok(self.process_input(0, batch)?.into_batch())
+    }
+
+    /// Event time reached `watermark`; returns the records this completes, of every
+    /// output, in order.
+    pub fn on_watermark(&mut self, watermark: i64) -> Result<Batch, OperatorError> {
+        Ok(self.on_watermark_emitted(watermark)?.into_batch())
+    }
+
+    /// What a call emitted, checked against the limits and the outputs.
+    fn emitted(&self, call: Call, output: WireEmitted) -> Result<Emitted, OperatorError> {
+        emitted_from_wire(output, self.limits.output_bound(), self.ports.outputs.len()).map_err(
+            |refused| match refused {
+                Refused::Batch(problem) => self.output_error(call, problem),
+                Refused::Outputs(problem) => OperatorError::InvalidOutputs {
+                    id: self.id.clone(),
+                    call,
+                    problem,
+                },
+            },
+        )
     }
 
     /// The next chunk of the keys whose state changed since the previous round, within
@@ -190,7 +273,7 @@ impl OperatorInstance {
     /// refused before it is copied out of the guest.
     pub fn snapshot(&mut self, max_bytes: u32) -> Result<StateChunk, OperatorError> {
         let max_bytes = max_bytes.min(CHUNK_BYTES);
-        let chunk = self.call(Call::Snapshot, |live| live.snapshot.call(&mut live.store, max_bytes))?;
+        let chunk = self.call(Call::Snapshot, |live| live.exports.snapshot(&mut live.store, max_bytes))?;
         chunk
             .into_chunk(max_bytes)
             .map_err(|problem| self.invalid_state(problem.to_string()))
@@ -222,21 +305,13 @@ impl OperatorInstance {
 
     /// Adds a chunk of checkpointed entries to this freshly started instance.
     pub fn restore(&mut self, chunk: &StateChunk) -> Result<(), OperatorError> {
-        let entries: Vec<types::StateEntry> =
-            chunk.entries().iter().map(types::StateEntry::from).collect();
-        let wire = types::StateChunkParam {
-            data: chunk.data(),
-            entries: &entries,
-        };
-        self.call(Call::Restore, |live| {
-            live.operator.call_restore(&mut live.store, wire)
-        })
+        self.call(Call::Restore, |live| live.exports.restore(&mut live.store, chunk))
     }
 
     /// Ends a restore: the instance had reached event time `watermark` at the checkpoint.
     pub fn restored(&mut self, watermark: i64) -> Result<(), OperatorError> {
         self.call(Call::Restored, |live| {
-            live.operator.call_restored(&mut live.store, watermark)
+            live.exports.restored(&mut live.store, watermark)
         })
     }
 
@@ -340,7 +415,7 @@ impl OperatorInstance {
         }
     }
 
-    /// A fresh instance with `init(config)` done.
+    /// A fresh instance with `init` done, given the config and the ports.
     fn start(&self) -> Result<Live, OperatorError> {
         let mut live = instantiate(&self.plugin, self.limits, &self.log, &self.id)?;
         let config: Vec<(&str, &str)> = self
@@ -350,7 +425,7 @@ impl OperatorInstance {
             .collect();
         live.store.data_mut().begin_call();
         live.store.set_epoch_deadline(self.deadline_ticks);
-        let detail = match live.operator.call_init(&mut live.store, &config) {
+        let detail = match live.exports.init(&mut live.store, &config, &self.ports) {
             Ok(Ok(())) => return Ok(live),
             Ok(Err(message)) => format!("it returned an error: {}", stdio::cut(&message)),
             Err(err) => describe(diagnose(&err, live.store.data()), self.limits),
@@ -378,19 +453,9 @@ fn instantiate(
         .pre()
         .instance_pre()
         .instantiate(&mut store)
-        .and_then(|instance| {
-            let operator = Operator::new(&mut store, &instance)?;
-            let process = ProcessFunc::new(&mut store, &instance)?;
-            let snapshot = SnapshotFunc::new(&mut store, &instance)?;
-            Ok((operator, process, snapshot))
-        });
+        .and_then(|instance| Exports::new(plugin.pre(), &mut store, &instance));
     match instantiated {
-        Ok((operator, process, snapshot)) => Ok(Live {
-            store,
-            operator,
-            process,
-            snapshot,
-        }),
+        Ok(exports) => Ok(Live { store, exports }),
         Err(err) => Err(OperatorError::Instantiate {
             id: id.clone(),
             detail: describe(diagnose(&err, store.data()), limits),

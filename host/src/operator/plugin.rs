@@ -12,11 +12,10 @@ use std::time::{Duration, Instant};
 use semver::Version;
 use wasmtime::component::Component;
 
-use super::bindings::OperatorPre;
-use super::contract::{self, Surface};
+use super::contract::{self, Surface, World};
+use super::exports::OperatorPre;
 use super::error::PluginError;
 use super::runtime::Runtime;
-use super::sandbox::HostState;
 
 /// How long compiling a plugin may take unless the job says otherwise. Generous on
 /// purpose: a Python or JavaScript component takes 12–27 s on a loaded 2-core machine;
@@ -56,7 +55,7 @@ pub struct Plugin {
 
 struct Inner {
     runtime: Runtime,
-    pre: OperatorPre<HostState>,
+    pre: OperatorPre,
     info: PluginInfo,
 }
 
@@ -67,6 +66,9 @@ pub struct PluginInfo {
     pub size_bytes: u64,
     /// Always [`contract::PACKAGE`]: anything else fails to load.
     pub package: &'static str,
+    /// The world it runs as: 0.2 (one input, one output) or 0.3 (named inputs and
+    /// outputs); its `Display` is `weir:operator@0.3.0`.
+    pub world: World,
     /// The `weir:operator` version the plugin was built against, read from its
     /// imports; `None` when it imports no `weir:operator` interface.
     pub version: Option<Version>,
@@ -116,6 +118,7 @@ impl Plugin {
 
         let (component, compiled) = compile(runtime, path, wasm, limits.compile_timeout)?;
         let Surface {
+            world,
             version,
             imports,
             exports,
@@ -127,21 +130,22 @@ impl Plugin {
                 path: path.to_owned(),
                 detail: format!("{err:#}"),
             })?;
-        let pre = OperatorPre::new(instance_pre).map_err(|err| PluginError::WrongSignature {
+        let pre = OperatorPre::new(world, instance_pre).map_err(|err| PluginError::WrongSignature {
             path: path.to_owned(),
-            host: contract::host_version().clone(),
+            host: world.version().clone(),
             detail: format!("{err:#}"),
         })?;
         let info = PluginInfo {
             path: path.to_owned(),
             size_bytes: size,
             package: contract::PACKAGE,
+            world,
             version,
             exports,
             imports,
             compiled,
         };
-        tracing::info!(plugin = %path.display(), "plugin loaded, {compiled}");
+        tracing::info!(plugin = %path.display(), "plugin loaded ({world}), {compiled}");
         Ok(Plugin {
             inner: Arc::new(Inner {
                 runtime: runtime.clone(),
@@ -163,7 +167,7 @@ impl Plugin {
         &self.inner.runtime
     }
 
-    pub(super) fn pre(&self) -> &OperatorPre<HostState> {
+    pub(super) fn pre(&self) -> &OperatorPre {
         &self.inner.pre
     }
 }

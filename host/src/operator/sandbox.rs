@@ -10,7 +10,7 @@ use wasmtime::{Engine, ResourceLimiter, StoreContextMut};
 use wasmtime_wasi::p2::{DynPollable, Pollable};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::{Operator, log, types};
+use super::bindings::{v0_2, v0_3};
 use super::memory::MemoryCap;
 use super::stdio::{GuestOutput, LogGate};
 
@@ -89,30 +89,53 @@ impl WasiView for HostState {
     }
 }
 
-/// The `types` interface has no functions; the generated linker still asks for it.
-impl types::Host for HostState {}
-
-impl log::Host for HostState {
-    fn log(&mut self, level: log::Level, message: String) {
-        let Some(message) = self.output.admit_log(&message) else {
+impl HostState {
+    /// One `weir:operator/log` message, of either world.
+    fn log(&mut self, level: tracing::Level, message: &str) {
+        let Some(message) = self.output.admit_log(message) else {
             return;
         };
         let operator = self.output.label();
         match level {
-            log::Level::Trace => tracing::trace!(target: "weir::plugin", operator, "{message}"),
-            log::Level::Debug => tracing::debug!(target: "weir::plugin", operator, "{message}"),
-            log::Level::Info => tracing::info!(target: "weir::plugin", operator, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "weir::plugin", operator, "{message}"),
-            log::Level::Error => tracing::error!(target: "weir::plugin", operator, "{message}"),
+            tracing::Level::TRACE => tracing::trace!(target: "weir::plugin", operator, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(target: "weir::plugin", operator, "{message}"),
+            tracing::Level::INFO => tracing::info!(target: "weir::plugin", operator, "{message}"),
+            tracing::Level::WARN => tracing::warn!(target: "weir::plugin", operator, "{message}"),
+            tracing::Level::ERROR => tracing::error!(target: "weir::plugin", operator, "{message}"),
         }
     }
 }
 
-/// The linker every plugin is instantiated against: the world's `log` import
-/// and WASI 0.2, with timers that never block (see [`ready_now`]).
+/// Each world's `log` import and its `types` interface (no functions; the generated
+/// linker still asks for it), both served by [`HostState::log`].
+macro_rules! log_import {
+    ($($world:ident),*) => {$(
+        impl $world::weir::operator::types::Host for HostState {}
+
+        impl $world::weir::operator::log::Host for HostState {
+            fn log(&mut self, level: $world::weir::operator::log::Level, message: String) {
+                use $world::weir::operator::log::Level;
+                let level = match level {
+                    Level::Trace => tracing::Level::TRACE,
+                    Level::Debug => tracing::Level::DEBUG,
+                    Level::Info => tracing::Level::INFO,
+                    Level::Warn => tracing::Level::WARN,
+                    Level::Error => tracing::Level::ERROR,
+                };
+                HostState::log(self, level, &message);
+            }
+        }
+    )*};
+}
+log_import!(v0_2, v0_3);
+
+/// The linker every plugin is instantiated against: the `log` import of every world
+/// (`weir:operator/log@0.2.0` and `@0.3.0`) and WASI 0.2, with timers that never
+/// block (see [`ready_now`]).
 pub(super) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
-    Operator::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    v0_2::Operator::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    v0_3::Operator::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
 
     // A WASI sleep blocks the calling thread in the host, where the epoch deadline
