@@ -93,6 +93,7 @@ fn copy_marker(marker: &Message) -> Message {
         Message::Watermark(watermark) => Message::Watermark(*watermark),
         Message::Idle => Message::Idle,
         Message::Barrier(n) => Message::Barrier(*n),
+        Message::TableEnd => Message::TableEnd,
         Message::Records(_) | Message::DeadLetter(_) => unreachable!("only markers go down every channel"),
     }
 }

@@ -55,6 +55,9 @@ pub(crate) enum Message {
     Idle,
     /// Checkpoint `n`: everything before it belongs to epoch `n`.
     Barrier(u64),
+    /// The sending table source task has read its table to where it ended when the
+    /// attempt began: everything of it before this marker is delivered.
+    TableEnd,
     DeadLetter(DeadLetter),
 }
 

@@ -53,6 +53,9 @@ pub(super) fn execute(
     let (committed_tx, committed_rx) = bounded::<u64>(1);
     let changelog_topic = changelog::topic(job);
     let inputs = recover::input_topics(job);
+    // The stream sources wait until every subtask that reads a table has loaded it.
+    let table_readers = (0..stages).filter(|&stage| job.inputs_of(stage).into_iter().any(|port| job.is_table(port)));
+    let bootstrap = Arc::new(Bootstrap::new(table_readers.count() * parallelism));
 
     let outcome = std::thread::scope(|scope| {
         // Owned by this closure, so an early return drops every channel end and no
@@ -60,9 +63,9 @@ pub(super) fn execute(
         let mut wiring = wire(job, key_groups);
         let mut handles = Vec::new();
         let routing = Routing { key_groups, shard: shard.as_ref() };
-        let control = spawn_sources(engine, scope, sources, routing, &mut wiring, &events_tx, &mut handles)?;
+        let control = spawn_sources(engine, scope, sources, routing, &bootstrap, &mut wiring, &events_tx, &mut handles)?;
         let state_out = StateOut { sink: &sink, changelog_topic: &changelog_topic };
-        let operators = Operators { instances: operators, routing, records, state_out, inputs: &inputs };
+        let operators = Operators { instances: operators, routing, records, state_out, inputs: &inputs, bootstrap: &bootstrap };
         spawn_operators(engine, scope, operators, &mut wiring, &events_tx, &mut handles);
         let sink_task = SinkTask {
             sink: &sink,
@@ -140,14 +143,13 @@ fn spawn_sources<'scope>(
     scope: &'scope Scope<'scope, '_>,
     starts: Vec<SourceStart>,
     routing: Routing<'_>,
+    bootstrap: &Arc<Bootstrap>,
     wiring: &mut Wiring,
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
 ) -> Result<Vec<Sender<Control>>, TaskFailure> {
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
-    let tables = starts.iter().filter(|start| job.sources[start.source].table).count();
-    let bootstrap = Arc::new(Bootstrap::new(tables));
     let mut control = Vec::with_capacity(starts.len());
     for (index, SourceStart { source, partitions }) in starts.into_iter().enumerate() {
         let spec = &job.sources[source];
@@ -167,7 +169,7 @@ fn spawn_sources<'scope>(
             key_by: output.is_keyed().then_some(routing.key_groups),
             output,
             table: spec.table,
-            bootstrap: Arc::clone(&bootstrap),
+            bootstrap: Arc::clone(bootstrap),
             shard: routing.shard.cloned(),
             dead_letters: job.producer.dead_letter_topic.as_ref().and_then(|_| first_operator_reading(job, port)),
             control: control_rx,
@@ -205,6 +207,7 @@ struct Operators<'a> {
     records: &'a Records,
     state_out: StateOut<'a>,
     inputs: &'a InputTopics,
+    bootstrap: &'a Arc<Bootstrap>,
 }
 
 /// Every subtask of every operator, with the channels `wiring` made for it.
@@ -222,6 +225,7 @@ fn spawn_operators<'scope>(
     let key_groups = operators.routing.key_groups;
     for (stage, subtasks) in operators.instances.into_iter().enumerate() {
         let spec = &job.operators[stage];
+        let reads_table = job.inputs_of(stage).into_iter().any(|port| job.is_table(port));
         for (subtask, (instance, watermark)) in subtasks.into_iter().enumerate() {
             let outputs = (0..spec.outputs.len())
                 .map(|output| Fanout::new(wiring.take_outputs(Port::Operator { stage, output }, subtask)))
@@ -232,6 +236,7 @@ fn spawn_operators<'scope>(
                 subtask: subtask as u32,
                 instance,
                 watermark,
+                bootstrap: reads_table.then(|| Arc::clone(operators.bootstrap)),
                 inputs: std::mem::take(&mut wiring.operator_inputs[stage][subtask]),
                 outputs,
                 key_groups,

@@ -121,7 +121,8 @@ impl Engine {
         for (spec, plugin) in self.job.operators.iter().zip(&self.plugins) {
             let config = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             let label = format!("{}[check]", spec.name);
-            OperatorInstance::new(plugin, recover::operator_limits(spec), config, label).map_err(TaskFailure::operator)?;
+            OperatorInstance::with_ports(plugin, recover::operator_limits(spec), config, recover::ports(spec), label)
+                .map_err(TaskFailure::operator)?;
         }
         Ok(())
     }

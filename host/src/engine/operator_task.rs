@@ -14,8 +14,9 @@ use crate::changelog;
 use crate::checkpoint::layout::{self, TaskId};
 use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
 use crate::metrics::{Counter, OperatorMetrics};
-use crate::operator::{OperatorError, OperatorInstance};
+use crate::operator::{Emitted, OperatorError, OperatorInstance};
 use crate::sink::Sink;
+use crate::source::Bootstrap;
 use crate::state::{self, StateChanges};
 
 use super::fault::{self, Step};
@@ -42,6 +43,9 @@ pub(super) struct OperatorTask<'a> {
     /// `outputs[i]`: every reader of the operator's output i.
     pub(super) outputs: Vec<Fanout>,
     pub(super) key_groups: KeyGroups,
+    /// With a table input: the gate the stream sources wait at, which this subtask
+    /// passes once every table channel delivered its `TableEnd`.
+    pub(super) bootstrap: Option<Arc<Bootstrap>>,
     /// The key groups this subtask owns when its input is routed by key; `None` when
     /// it is not, and then the operator may keep no state.
     pub(super) owned: Option<Range<u32>>,
@@ -85,6 +89,7 @@ impl OperatorTask<'_> {
         let mut input_watermarks: Vec<Option<i64>> =
             inputs.iter().map(|input| (!input.table).then_some(i64::MIN)).collect();
         let mut idle = false;
+        let mut loading = inputs.iter().filter(|input| input.table).count();
         loop {
             let mut select = Select::new();
             let open: Vec<usize> = (0..inputs.len()).filter(|&i| !aligned[i]).collect();
@@ -99,6 +104,12 @@ impl OperatorTask<'_> {
             match message {
                 Message::Records(records) => self.process(inputs[input].input, records)?,
                 Message::Watermark(_) | Message::Idle if inputs[input].table => {}
+                Message::TableEnd => {
+                    loading -= 1;
+                    if loading == 0 && let Some(bootstrap) = &self.bootstrap {
+                        bootstrap.arrive();
+                    }
+                }
                 Message::Watermark(watermark) => {
                     input_watermarks[input] = Some(watermark);
                     self.combine(&input_watermarks, &mut idle)?;
@@ -124,7 +135,7 @@ impl OperatorTask<'_> {
         if records.origins.iter().any(|o| self.suspects.contains(o)) {
             return self.process_one_by_one(input, records);
         }
-        match self.instance.process(&records.batch) {
+        match self.instance.process_input(input, &records.batch) {
             Ok(output) => self.emit(output),
             Err(error) => Err(TaskFailure::Operator { error: Box::new(error), origins: records.origins }),
         }
@@ -137,7 +148,6 @@ impl OperatorTask<'_> {
     /// checkpoint, sets it aside, as a dead-letter topic is configured; without one,
     /// the job stops and names it.
     fn process_one_by_one(&mut self, input: u32, records: Records) -> Result<(), TaskFailure> {
-        let _ = input;
         for index in 0..records.batch.len() {
             let origin = records.origins[index];
             let mut one = Records::default();
@@ -146,7 +156,7 @@ impl OperatorTask<'_> {
                 self.dead_letter(one, origin)?;
                 continue;
             }
-            match self.instance.process(&one.batch) {
+            match self.instance.process_input(input, &one.batch) {
                 Ok(output) => self.emit(output)?,
                 Err(error) if self.suspects.contains(&origin) => {
                     let error = error.to_string();
@@ -198,7 +208,7 @@ impl OperatorTask<'_> {
 
     fn advance(&mut self, watermark: i64) -> Result<(), TaskFailure> {
         self.watermark = watermark;
-        let output = self.instance.on_watermark(watermark).map_err(TaskFailure::operator)?;
+        let output = self.instance.on_watermark_emitted(watermark).map_err(TaskFailure::operator)?;
         self.emit(output)?;
         self.marker(Message::Watermark(watermark))
     }
@@ -253,8 +263,15 @@ impl OperatorTask<'_> {
         Ok(())
     }
 
-    fn emit(&self, output: Batch) -> Result<(), TaskFailure> {
-        self.emit_to(0, output)
+    /// Sends what one call emitted to the readers of each output.
+    fn emit(&self, output: Emitted) -> Result<(), TaskFailure> {
+        if output.is_empty() {
+            return Ok(());
+        }
+        for (index, batch) in output.into_outputs(self.outputs.len()).into_iter().enumerate() {
+            self.emit_to(index, batch)?;
+        }
+        Ok(())
     }
 
     /// Sends what the plugin emitted to its output `output` to every reader of it.

@@ -16,7 +16,7 @@ use crate::checkpoint::store::{CheckpointStore, StoreError};
 use crate::dataflow::{InputTopics, KeyGroups, MAX_PARTITIONS, Shard, TaskFailure, input_id};
 use crate::job::{self, Job};
 use crate::metrics::Metrics;
-use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin};
+use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin, Ports};
 use crate::sink::{self, Delivery, Member, ShardSink, Sink, SinkConfig, SinkError};
 use crate::source;
 use crate::state;
@@ -653,7 +653,8 @@ fn instances(
         for subtask in 0..job.parallelism {
             let label = format!("{}[{subtask}]", spec.name);
             let mut instance =
-                OperatorInstance::new(plugin, operator_limits(spec), config.clone(), label).map_err(TaskFailure::operator)?;
+                OperatorInstance::with_ports(plugin, operator_limits(spec), config.clone(), ports(spec), label)
+                    .map_err(TaskFailure::operator)?;
             instance.count_log_drops(metrics.plugin_log(&spec.name, subtask));
             let restored = match restore {
                 Restore::Fresh => None,
@@ -725,6 +726,11 @@ fn refuse_unkeyed_state(store: &CheckpointStore, stage: u32, spec: &job::Operato
         )))
     });
     entries.map(|_| ())
+}
+
+/// The names of operator `spec`'s inputs and outputs, as its plugin's `init` gets them.
+pub(super) fn ports(spec: &job::Operator) -> Ports {
+    Ports { inputs: spec.inputs.clone(), outputs: spec.outputs.clone() }
 }
 
 /// What each instance of operator `spec` may use, from its job-file keys.

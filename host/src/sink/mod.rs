@@ -530,7 +530,7 @@ impl SinkTask<'_> {
             match message {
                 Message::Records(records) => self.sink.send(&self.inputs[input].1, &records.batch)?,
                 Message::DeadLetter(letter) => self.sink.send_dead_letter(&letter, &self.source_topics)?,
-                Message::Watermark(_) | Message::Idle => {}
+                Message::Watermark(_) | Message::Idle | Message::TableEnd => {}
                 Message::Barrier(n) => {
                     aligned[input] = true;
                     if aligned.iter().all(|&a| a) {

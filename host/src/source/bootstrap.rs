@@ -1,53 +1,54 @@
 //! A table's bootstrap (DESIGN.md §8): at the start of every attempt each table source
-//! reads its partitions to where they ended when it began, and only then do the stream
-//! sources deliver a record, so that a lookup never misses an entry the table already
-//! held. Barriers and stops are served meanwhile.
+//! reads its partitions to where they ended when it began and then says so in band
+//! (`Message::TableEnd`); each operator subtask that reads a table arrives at the
+//! attempt's `Bootstrap` once it has processed every table channel up to that marker,
+//! and only then do the stream sources deliver a record. So a lookup never misses an
+//! entry the table held. Barriers and stops are served meanwhile.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-/// Open once every table source task has read its table to its end.
+/// Open once every operator subtask that reads a table has loaded it.
 #[derive(Debug)]
 pub(crate) struct Bootstrap {
     pending: AtomicUsize,
 }
 
 impl Bootstrap {
-    /// A gate for `tables` table source tasks (open at once when there are none).
-    pub(crate) fn new(tables: usize) -> Bootstrap {
-        Bootstrap { pending: AtomicUsize::new(tables) }
+    /// A gate for `readers` operator subtasks that read tables (open at once for none).
+    pub(crate) fn new(readers: usize) -> Bootstrap {
+        Bootstrap { pending: AtomicUsize::new(readers) }
     }
 
     pub(crate) fn is_open(&self) -> bool {
         self.pending.load(Ordering::Acquire) == 0
     }
 
-    fn arrive(&self) {
+    /// One reader has loaded every table it reads.
+    pub(crate) fn arrive(&self) {
         self.pending.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-/// A table source task's way to its end.
-pub(crate) struct TableEnd {
+/// A table source task's way to the end its partitions had when it began.
+pub(crate) struct TableRead {
     /// Per partition, the offset its reading must reach.
     ends: BTreeMap<i32, i64>,
     started: Instant,
 }
 
-impl TableEnd {
-    pub(crate) fn new(ends: BTreeMap<i32, i64>) -> TableEnd {
-        TableEnd { ends, started: Instant::now() }
+impl TableRead {
+    pub(crate) fn new(ends: BTreeMap<i32, i64>) -> TableRead {
+        TableRead { ends, started: Instant::now() }
     }
 
-    /// Whether reading up to `positions` reached every end; the first time it does,
-    /// the task arrives at `gate`.
-    pub(crate) fn reached(&self, positions: &BTreeMap<i32, i64>, gate: &Bootstrap, topic: &str) -> bool {
+    /// Whether reading up to `positions` reached every end.
+    pub(crate) fn reached(&self, positions: &BTreeMap<i32, i64>, topic: &str) -> bool {
         let done = self.ends.iter().all(|(partition, &end)| positions.get(partition).is_some_and(|&at| at >= end));
         if done {
             let elapsed_ms = self.started.elapsed().as_millis() as u64;
             tracing::info!(topic, partitions = self.ends.len(), elapsed_ms, "table read to its end");
-            gate.arrive();
         }
         done
     }

@@ -18,7 +18,7 @@ mod bootstrap;
 pub mod config;
 mod fetch;
 pub(crate) use bootstrap::Bootstrap;
-use bootstrap::TableEnd;
+use bootstrap::TableRead;
 mod progress;
 pub(crate) use config::consumer;
 pub(crate) use fetch::Fetcher;
@@ -57,10 +57,10 @@ pub(crate) struct SourceTask {
     pub(crate) output: Fanout,
     /// The job's key groups when some reader routes by key.
     pub(crate) key_by: Option<KeyGroups>,
-    /// Whether the source is a table: it reads to its end before the gate opens.
+    /// Whether the source is a table: it reads to its end and then says so in band.
     pub(crate) table: bool,
-    /// Open once every table of the job is read to its end: a stream source delivers
-    /// nothing before.
+    /// Open once every table of the job is loaded by its readers: a stream source
+    /// delivers nothing before.
     pub(crate) bootstrap: Arc<Bootstrap>,
     /// In a process of a scaled-out job, the partitions it owns: a keyed record must be
     /// in a key group of the partition it was read from.
@@ -109,13 +109,13 @@ impl SourceTask {
 
     pub(crate) fn run(mut self) -> Result<(), TaskFailure> {
         self.assign()?;
-        let mut table_end = self.table.then(|| TableEnd::new(self.ends()));
         if self.partitions.is_empty() {
-            if let Some(end) = table_end.take() {
-                end.reached(&BTreeMap::new(), &self.bootstrap, &self.topic);
+            if self.table {
+                self.broadcast(Message::TableEnd)?;
             }
             return self.run_without_partitions();
         }
+        let mut table_read = self.table.then(|| TableRead::new(self.ends()));
         let mut activity = Activity::new(self.idle_timeout, &self.partitions, Instant::now());
         let mut sent = Progress::Watermark(i64::MIN);
         let mut next_tick = Instant::now();
@@ -125,8 +125,9 @@ impl SourceTask {
                 Ok(Control::Stop) | Err(TryRecvError::Disconnected) => return Ok(()),
                 Err(TryRecvError::Empty) => {}
             }
-            if table_end.as_ref().is_some_and(|end| end.reached(&self.read_positions(), &self.bootstrap, &self.topic)) {
-                table_end = None;
+            if table_read.as_ref().is_some_and(|read| read.reached(&self.read_positions(), &self.topic)) {
+                table_read = None;
+                self.broadcast(Message::TableEnd)?;
             }
             if !self.table && !self.bootstrap.is_open() {
                 std::thread::sleep(POLL_WAIT);
