@@ -162,3 +162,97 @@ brokers = "{brokers}"
     assert!(text.contains("rebuilding keyed state from the whole changelog"), "no restart rebuilt its state:\n{text}");
     eprintln!("graph: {} + {} input records, 3 sinks exact after 8 kills", input_a.len(), input_b.len());
 }
+
+/// A window count over two co-partitioned sources, `scale_out = true`.
+fn scaled_out_join(job: &JobDir, a: &Topic, b: &Topic, out: &Topic) {
+    job.write(
+        1,
+        200,
+        &format!(
+            r#"scale_out = true
+
+[[sources]]
+name = "a"
+brokers = "{brokers}"
+topic = "{a}"
+
+[[sources]]
+name = "b"
+brokers = "{brokers}"
+topic = "{b}"
+
+[[operators]]
+name = "both"
+plugin = "{plugin}"
+key_by = true
+inputs = ["a", "b"]
+[operators.config]
+window_ms = "{WINDOW_MS}"
+
+[[sinks]]
+name = "counts"
+topic = "{out}"
+from = ["both"]
+
+[producer]
+brokers = "{brokers}"
+"#,
+            brokers = support::brokers(),
+            a = a.name,
+            b = b.name,
+            out = out.name,
+            plugin = support::plugin("window-count").display(),
+        ),
+    );
+}
+
+/// Two processes of a job that reads two co-partitioned topics, one of them killed at
+/// random and restarted while input arrives on both: the output is exact. The group
+/// assigns the first topic's partitions, and each process owns the same partition
+/// numbers of the second.
+#[test]
+fn two_processes_of_a_two_source_job_killed_at_random_keep_the_output_exact() {
+    let job = job::job_dir("graph-so");
+    let (a, b, out) = (Topic::new(&job, "a", 4), Topic::new(&job, "b", 4), Topic::new(&job, "out", 2));
+    scaled_out_join(&job, &a, &b, &out);
+    let seed = support::crash_seed();
+    let from_a = clicks::produce_paced(&a.name, seed, a.partitions, 20, true);
+    let from_b = clicks::produce_paced(&b.name, seed ^ 0x3333, b.partitions, 20, true);
+    let logs: Vec<_> = (0..2).map(|i| job.dir.path().join(format!("weir-{i}.log"))).collect();
+    let mut children: Vec<_> = logs.iter().map(|log| job::start(&job.path(), log, &[])).collect();
+    let mut random = seed;
+    let mut kills = 0;
+    while !(from_a.is_finished() && from_b.is_finished()) {
+        std::thread::sleep(Duration::from_millis(1000 + support::next_random(&mut random) % 2500));
+        let victim = (support::next_random(&mut random) % 2) as usize;
+        job::kill(&mut children[victim]);
+        children[victim] = job::start(&job.path(), &logs[victim], &[]);
+        kills += 1;
+    }
+    let mut input = from_a.join().expect("producer a");
+    input.extend(from_b.join().expect("producer b"));
+    let expected = clicks::window_counts(&input, WINDOW_MS);
+    let mut tail = Tail::new(&out.name, out.partitions);
+    let text = || logs.iter().map(|log| job::read_log(log)).collect::<Vec<_>>().join("\n--- next process ---\n");
+    assert!(tail.until(expected.len(), Duration::from_secs(180)), "{} of {} after 180 s; logs:\n{}", tail.records.len(), expected.len(), text());
+    for child in &mut children {
+        let status = job::terminate(child, Duration::from_secs(60));
+        assert!(status.success(), "a process exited with {status} after SIGTERM; logs:\n{}", text());
+    }
+    let actual = clicks::as_multiset(&support::read_to_end(&out.name, out.partitions, Isolation::ReadCommitted));
+    assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
+    assert!(kills >= 3, "only {kills} kills while the input arrived");
+}
+
+#[test]
+fn sources_of_other_partition_counts_cannot_scale_out() {
+    let job = job::job_dir("graph-so-bad");
+    let (a, b, out) = (Topic::new(&job, "a", 4), Topic::new(&job, "b", 3), Topic::new(&job, "out", 2));
+    scaled_out_join(&job, &a, &b, &out);
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir exits");
+    let text = job::read_log(&log);
+    assert!(!status.success(), "ran sources that are not co-partitioned:\n{text}");
+    assert!(text.contains("co-partitioned") && text.contains(&b.name) && text.contains("3 partitions"), "unclear error:\n{text}");
+}

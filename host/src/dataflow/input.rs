@@ -14,6 +14,11 @@ pub(crate) fn input_id(source: usize, partition: i32) -> i32 {
     source * MAX_PARTITIONS + partition
 }
 
+/// Kafka's number of the partition input id `id` names.
+pub(crate) fn kafka_partition(id: i32) -> i32 {
+    id % MAX_PARTITIONS
+}
+
 /// The job's input topics in source order: what an id stands for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct InputTopics(Vec<String>);

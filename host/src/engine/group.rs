@@ -288,7 +288,9 @@ fn difference(before: &[i32], now: &[i32]) -> (Vec<i32>, Vec<i32>) {
     (gained, lost)
 }
 
-/// Joins the job's consumer group on its input topic.
+/// Joins the job's consumer group on its first source's topic: the group assigns its
+/// partitions, and a process owns the same partition numbers of every source
+/// (`recover::recover_shard` checks that they have as many).
 fn join(job: &Job) -> Result<BaseConsumer<MemberContext>, TaskFailure> {
     let mut config = source::config::client_config(&job.sources[0].brokers, &job.name, job.source_kafka());
     for (key, value) in MEMBERSHIP_DEFAULTS {

@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use crate::batch::Batch;
 use crate::changelog;
 use crate::checkpoint::layout::{self, TaskId};
-use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure};
+use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure, kafka_partition};
 use crate::metrics::{Counter, OperatorMetrics};
 use crate::operator::{Emitted, OperatorError, OperatorInstance};
 use crate::sink::Sink;
@@ -175,7 +175,7 @@ impl OperatorTask<'_> {
 
     fn dead_letter(&self, one: Records, origin: Origin) -> Result<(), TaskFailure> {
         tracing::warn!(
-            operator = %self.name, partition = origin.partition, offset = origin.offset,
+            operator = %self.name, partition = kafka_partition(origin.partition), offset = origin.offset,
             "record crashed the plugin twice; sending it to the dead-letter topic"
         );
         self.dead_letter_count.inc();

@@ -127,10 +127,15 @@ pub(super) fn recover_shard(
     if let Some(missing) = owned.iter().find(|p| !partitions.contains(p)) {
         return Err(TaskFailure::Kafka(format!("assigned partition {missing} of `{}`, which has {count}", input.topic)));
     }
+    check_co_partitioned(job, &offsets_consumer, partitions.len())?;
     let shard = Shard::new(count, owned.iter().copied());
+    // The group assigns the first source's partitions; the process owns the same
+    // partition numbers of every source.
+    let owned_inputs: Vec<i32> =
+        (0..job.sources.len()).flat_map(|source| owned.iter().map(move |&partition| input_id(source, partition))).collect();
     go_on()?;
     let operators: Vec<String> = job.operators.iter().map(|o| o.name.clone()).collect();
-    let shape = layout::shape_hash(&operators, &input.topic);
+    let shape = layout::shape_hash(&operators, &source_topics(job));
     let lowest = *owned.first().expect("an attempt owns a partition");
     let transactional_id = sink::shard_transactional_id(&job.name, lowest);
     let config = sink_config(job, &transactional_id);
@@ -146,8 +151,7 @@ pub(super) fn recover_shard(
             .and_then(|sink| {
                 step("fenced the earlier owners and connected the producer");
                 let resume_consumer = consumer(job)?;
-                let resume = recovery::committed_shard(&resume_consumer, &job.name, &input.topic, owned, CONNECT_TIMEOUT)
-                    .map_err(TaskFailure::Recovery)?;
+                let resume = committed_shard_inputs(job, &resume_consumer, owned)?;
                 step("read committed offsets");
                 Ok((sink, resume_consumer, resume))
             });
@@ -180,10 +184,10 @@ pub(super) fn recover_shard(
     step("rebuilt the key groups");
     let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
     let max_timestamp = |partition| resume.offsets.get(&partition).and_then(|(_, meta)| meta.max_timestamp);
-    let sources = start_offsets(job, &resume_consumer, owned, &offsets, max_timestamp)?;
+    let sources = start_offsets(job, &resume_consumer, &owned_inputs, &offsets, max_timestamp)?;
     let restore = match resume.offsets.is_empty() {
         true => Restore::Fresh,
-        false => Restore::Shard { watermark: shard_watermark(job, owned, &resume) },
+        false => Restore::Shard { watermark: shard_watermark(job, &owned_inputs, &resume) },
     };
     let operators = instances(job, plugins, metrics, store, restore, key_groups)?;
     step("restored the operators");
@@ -266,18 +270,56 @@ fn check_placement(job: &Job, partitions: u32, shape: u64, resume: &ShardResume)
 }
 
 /// The watermark a restored operator subtask starts from: the least, over this
-/// process's partitions, of the greatest event time read before the checkpoint, less
-/// the allowed out-of-orderness; unknown (a partition without a time) holds it back.
+/// process's partitions of stream sources (`owned`, by input id), of the greatest event
+/// time read before the checkpoint, less the source's allowed out-of-orderness; unknown
+/// (a partition without a time) holds it back.
 fn shard_watermark(job: &Job, owned: &[i32], resume: &ShardResume) -> i64 {
-    let out_of_orderness = i64::try_from(job.sources[0].max_out_of_orderness_ms).unwrap_or(i64::MAX);
-    owned
-        .iter()
-        .map(|partition| match resume.offsets.get(partition).and_then(|(_, meta)| meta.max_timestamp) {
-            Some(time) if time != i64::MIN => time.saturating_sub(out_of_orderness),
-            _ => i64::MIN,
+    let inputs = input_topics(job);
+    let streams = owned.iter().map(|&id| (id, &job.sources[inputs.resolve(id).0])).filter(|(_, source)| !source.table);
+    streams
+        .map(|(id, source)| {
+            let out_of_orderness = i64::try_from(source.max_out_of_orderness_ms).unwrap_or(i64::MAX);
+            match resume.offsets.get(&id).and_then(|(_, meta)| meta.max_timestamp) {
+                Some(time) if time != i64::MIN => time.saturating_sub(out_of_orderness),
+                _ => i64::MIN,
+            }
         })
         .min()
         .unwrap_or(i64::MIN)
+}
+
+/// Scaled out, every source has the first source's partition count: a process owns
+/// the same partition numbers of each, so the key groups of a key are in one process
+/// whichever source its records come from.
+fn check_co_partitioned(job: &Job, consumer: &BaseConsumer, count: usize) -> Result<(), TaskFailure> {
+    for source in &job.sources[1..] {
+        let partitions =
+            recovery::partitions(consumer, &source.brokers, &source.topic, CONNECT_TIMEOUT).map_err(TaskFailure::Recovery)?;
+        if partitions.len() != count {
+            return Err(TaskFailure::Incompatible(format!(
+                "scale_out needs every source co-partitioned with the first: `{}` has {} partitions, `{}` has {count}; \
+                 the processes own the same partition numbers of every source, so give the topics one partition \
+                 count (and produce them keyed with Kafka's default partitioner), or run one process",
+                source.topic,
+                partitions.len(),
+                job.sources[0].topic
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The committed offsets of the partitions `owned` of every source, by input id; the
+/// checkpoint is the greatest any of them names.
+fn committed_shard_inputs(job: &Job, consumer: &BaseConsumer, owned: &[i32]) -> Result<ShardResume, TaskFailure> {
+    let mut resume = ShardResume::default();
+    for (index, source) in job.sources.iter().enumerate() {
+        let found = recovery::committed_shard(consumer, &job.name, &source.topic, owned, CONNECT_TIMEOUT)
+            .map_err(TaskFailure::Recovery)?;
+        resume.checkpoint = resume.checkpoint.max(found.checkpoint);
+        resume.offsets.extend(found.offsets.into_iter().map(|(partition, committed)| (input_id(index, partition), committed)));
+    }
+    Ok(resume)
 }
 
 /// `key_groups`, if a scaled-out job can keep its state in them: whole groups per input

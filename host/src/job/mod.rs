@@ -581,13 +581,6 @@ fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
     if job.scale_out && job.producer.delivery == Delivery::AtLeastOnce {
         return Err(JobErrorKind::ScaleOutAtLeastOnce);
     }
-    if job.scale_out && job.sources.len() > 1 {
-        return Err(JobErrorKind::Form(format!(
-            "scale_out = true with several [[sources]] ({}) is not supported yet: a job of several processes \
-             reads one input topic; run this job as one process",
-            job.sources.iter().map(|s| format!("`{}`", s.topic)).collect::<Vec<_>>().join(", ")
-        )));
-    }
     check_topic_loops(&job)?;
 
     if job.restarts.backoff_initial_ms > job.restarts.backoff_max_ms {

@@ -11,7 +11,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Records, Shard, TaskFailure, input_id};
+use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Records, Shard, TaskFailure, input_id, kafka_partition};
 use crate::metrics::Metrics;
 
 mod bootstrap;
@@ -316,7 +316,10 @@ impl SourceTask {
     /// between processes. It is a bad input record: dead-lettered with the reason when
     /// the job has a dead-letter topic, else the job stops naming it.
     fn keep_co_partitioned(&self, groups: KeyGroups, shard: &Shard, records: Records) -> Result<Records, TaskFailure> {
-        let stray = |index: usize| shard.partition_of(groups.group_of(records.batch.get(index).key)) != records.origins[index].partition;
+        let stray = |index: usize| {
+            let belongs = shard.partition_of(groups.group_of(records.batch.get(index).key));
+            input_id(self.source, belongs) != records.origins[index].partition
+        };
         let Some(first) = (0..records.batch.len()).find(|&index| stray(index)) else {
             return Ok(records);
         };
@@ -334,7 +337,7 @@ impl SourceTask {
             let error = self.not_co_partitioned(groups, shard, &records, index);
             let origin = records.origins[index];
             tracing::warn!(
-                topic = %self.topic, partition = origin.partition, offset = origin.offset,
+                topic = %self.topic, partition = kafka_partition(origin.partition), offset = origin.offset,
                 "record not co-partitioned by key; sending it to the dead-letter topic"
             );
             self.metrics.dead_letter_records().inc();
@@ -347,7 +350,7 @@ impl SourceTask {
     fn not_co_partitioned(&self, groups: KeyGroups, shard: &Shard, records: &Records, index: usize) -> String {
         let key = records.batch.get(index).key;
         let origin = records.origins[index];
-        let mut why = shard.not_co_partitioned(&self.topic, groups.group_of(key), Some(origin.partition));
+        let mut why = shard.not_co_partitioned(&self.topic, groups.group_of(key), Some(kafka_partition(origin.partition)));
         if key.is_none() {
             why.insert_str(0, "a record without a key (keyed operators count it under the empty key) breaks co-partitioning: ");
         }
