@@ -38,8 +38,11 @@ mod component {
         &data[offset as usize..][..len as usize]
     }
 
-    /// The records of `batch` as `(key, value, timestamp)`, to be packed again.
-    fn records(batch: &Batch) -> Vec<(Option<Vec<u8>>, Vec<u8>, i64)> {
+    /// A record as `(key, value, timestamp)`.
+    type Record = (Option<Vec<u8>>, Vec<u8>, i64);
+
+    /// The records of `batch`, to be packed again.
+    fn records(batch: &Batch) -> Vec<Record> {
         batch
             .entries
             .iter()
@@ -50,7 +53,7 @@ mod component {
             .collect()
     }
 
-    fn pack(records: &[(Option<Vec<u8>>, Vec<u8>, i64)]) -> Batch {
+    fn pack(records: &[Record]) -> Batch {
         let mut data = Vec::new();
         let mut entries = Vec::new();
         for (key, value, timestamp) in records {
