@@ -31,7 +31,8 @@ fn assert_passes(name: &str, args: &[&str]) -> String {
         "weir check {name} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("package:  weir:operator@0.2.0"), "{stdout}");
+    let speaks = ["0.2.0", "0.3.0"].iter().any(|v| stdout.contains(&format!("package:  weir:operator@{v}")) && stdout.contains(&format!("world:    weir:operator@{v}")));
+    assert!(speaks, "{stdout}");
     assert!(
         stdout.contains(&format!(
             "ok: {} can run as a weir operator",
