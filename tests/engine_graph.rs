@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::clicks;
+use support::clicks::{self, Clicks};
 use support::job::{self, JobDir};
 use support::{Isolation, Tail};
 
@@ -23,8 +23,12 @@ struct Topic {
 
 impl Topic {
     fn new(job: &JobDir, role: &str, partitions: i32) -> Topic {
+        Topic::with(job, role, partitions, &[])
+    }
+
+    fn with(job: &JobDir, role: &str, partitions: i32, configs: &[(&str, &str)]) -> Topic {
         let topic = Topic { name: support::unique_name(&format!("{}-{role}", job.name)), partitions };
-        support::create_topic(&topic.name, partitions);
+        support::create_topic_with(&topic.name, partitions, configs);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !support::topic_exists(&topic.name) {
             assert!(Instant::now() < deadline, "topic {} not listed 30 s after its creation", topic.name);
@@ -255,4 +259,197 @@ fn sources_of_other_partition_counts_cannot_scale_out() {
     let text = job::read_log(&log);
     assert!(!status.success(), "ran sources that are not co-partitioned:\n{text}");
     assert!(text.contains("co-partitioned") && text.contains(&b.name) && text.contains("3 partitions"), "unclear error:\n{text}");
+}
+
+/// The country of a user of the first table, and after the update of phase 2.
+fn country(user: u64, updated: bool) -> &'static str {
+    if updated && user < 50 {
+        return "br";
+    }
+    ["de", "fr", "us", "jp"][(user % 4) as usize]
+}
+
+fn user_of(key: &[u8]) -> u64 {
+    std::str::from_utf8(key).ok().and_then(|k| k.strip_prefix("user-")).and_then(|n| n.parse().ok()).expect("a user key")
+}
+
+/// Rows of the users table, one per user, in the partition a Java producer puts them.
+fn profiles(users: impl Iterator<Item = u64>, updated: bool, partitions: i32) -> Vec<clicks::Input> {
+    users
+        .map(|user| {
+            let key = format!("user-{user}").into_bytes();
+            let value = format!("{{\"country\":\"{}\",\"tier\":{}}}", country(user, updated), user % 3).into_bytes();
+            (clicks::java_partition(&key, partitions), key, value, clicks::START_MS)
+        })
+        .collect()
+}
+
+/// Whether the job's committed offsets have reached the end of every partition of `topic`.
+fn committed_to_end(group: &str, topic: &Topic) -> bool {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", support::brokers())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut query = rdkafka::TopicPartitionList::new();
+    for partition in 0..topic.partitions {
+        query.add_partition(&topic.name, partition);
+    }
+    let Ok(committed) = consumer.committed_offsets(query, support::WAIT) else {
+        return false;
+    };
+    committed.elements().iter().all(|element| {
+        let (_, high) = consumer.fetch_watermarks(&topic.name, element.partition(), support::WAIT).expect("watermarks");
+        matches!(element.offset(), rdkafka::Offset::Offset(at) if at >= high)
+    })
+}
+
+/// Runs the job unkilled until its committed offsets reach the end of `topic`, then kills it:
+/// everything read so far is decided.
+fn run_until_committed(job: &JobDir, log: &Path, topic: &Topic) {
+    let mut child = job::start(&job.path(), log, &[]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !committed_to_end(&job.name, topic) {
+        assert!(Instant::now() < deadline, "{} not committed to its end in 120 s; log:\n{}", topic.name, job::read_log(log));
+        assert!(matches!(child.try_wait(), Ok(None)), "weir exited; log:\n{}", job::read_log(log));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    job::kill(&mut child);
+}
+
+/// Clicks ⋈ a users table, then a window count per country through a second operator
+/// keyed by country: SIGKILLed at random moments, the state_dir deleted before half
+/// the restarts, the parallelism changed at every restart (1 to 3), with table updates
+/// during the run (new users whose earlier clicks came out unmatched, and users who
+/// moved): the counts are exactly the reference. Each phase's input is decided (its
+/// offsets committed) before the next phase's is produced, so the reference knows which
+/// profile each click met.
+#[test]
+fn an_enrichment_then_a_count_per_country_is_exact_under_sigkill_lost_state_and_rescaling() {
+    let job = job::job_dir("enrich-count");
+    let users = Topic::with(&job, "users", 2, &[("cleanup.policy", "compact")]);
+    let (clicks_topic, counts) = (Topic::new(&job, "clicks", 4), Topic::new(&job, "counts", 2));
+    let write = |parallelism: u32| {
+        job.write(
+            parallelism,
+            100,
+            &format!(
+                r#"
+[[sources]]
+name = "clicks"
+brokers = "{brokers}"
+topic = "{clicks}"
+
+[[sources]]
+name = "users"
+brokers = "{brokers}"
+topic = "{users}"
+table = true
+
+[[operators]]
+name = "enrich"
+plugin = "{enrich}"
+key_by = true
+inputs = ["clicks", "users"]
+[operators.config]
+fields = "country"
+key_field = "country"
+
+[[operators]]
+name = "per_country"
+plugin = "{count}"
+key_by = true
+inputs = ["enrich"]
+[operators.config]
+window_ms = "{WINDOW_MS}"
+
+[[sinks]]
+name = "counts"
+topic = "{counts}"
+from = ["per_country"]
+
+[producer]
+brokers = "{brokers}"
+"#,
+                brokers = support::brokers(),
+                clicks = clicks_topic.name,
+                users = users.name,
+                counts = counts.name,
+                enrich = support::plugin("enrich").display(),
+                count = support::plugin("window-count").display(),
+            ),
+        )
+    };
+    let log = job.dir.path().join("weir.log");
+    let seed = support::crash_seed();
+    let mut random = seed;
+    let restart = |kills: usize, random: &mut u64| {
+        for _ in 0..kills {
+            write(1 + (support::next_random(random) % 3) as u32);
+            if support::next_random(random).is_multiple_of(2) && job.state_dir().exists() {
+                std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+            }
+            let delay = Duration::from_millis(support::next_random(random) % 2500);
+            let mut child = job::start(&job.path(), &log, &[]);
+            if let Some(status) = job::wait(&mut child, delay) {
+                panic!("weir exited by itself with {status}; log:\n{}", job::read_log(&log));
+            }
+            job::kill(&mut child);
+        }
+    };
+    // The key of each click the reference expects: its user's country then, or none.
+    let mut expected_keyed: Vec<clicks::Input> = Vec::new();
+    let mut generator = Clicks::new(seed, clicks_topic.partitions, 500);
+
+    // Phase 1: users 0..400 in the table before the first start; clicks of users 0..500.
+    support::produce(&users.name, &profiles(0..400, false, users.partitions));
+    let first = generator.take_keyed(15_000);
+    support::produce(&clicks_topic.name, &first);
+    restart(4, &mut random);
+    write(2);
+    run_until_committed(&job, &log, &clicks_topic);
+    for (partition, key, value, time) in &first {
+        let user = user_of(key);
+        let country = if user < 400 { country(user, false) } else { "" };
+        expected_keyed.push((*partition, country.as_bytes().to_vec(), value.clone(), *time));
+    }
+
+    // Phase 2: users 400..500 arrive, users 0..50 move to another country.
+    support::produce(&users.name, &profiles((400..500).chain(0..50), true, users.partitions));
+    restart(3, &mut random);
+    write(3);
+    run_until_committed(&job, &log, &users);
+
+    // Phase 3: more clicks, now all matched with the updated table, then the flush.
+    let second = generator.take_keyed(15_000);
+    let flush = generator.flush_keyed();
+    let producer = {
+        let (topic, second, flush) = (clicks_topic.name.clone(), second.clone(), flush.clone());
+        std::thread::spawn(move || {
+            for chunk in second.chunks(2_500) {
+                support::produce(&topic, chunk);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            support::produce(&topic, &flush);
+        })
+    };
+    restart(5, &mut random);
+    producer.join().expect("producer");
+    for (partition, key, value, time) in second.iter().chain(&flush) {
+        let country = if *time < clicks::FLUSH_MS { country(user_of(key), true) } else { "" };
+        expected_keyed.push((*partition, country.as_bytes().to_vec(), value.clone(), *time));
+    }
+
+    write(2);
+    let mut child = job::start(&job.path(), &log, &[]);
+    await_exact(&counts, &clicks::window_counts(&expected_keyed, WINDOW_MS), &mut child, &log);
+    let status = job::terminate(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{}", job::read_log(&log));
+    let text = job::read_log(&log);
+    assert!(text.contains("table read to its end"), "no table bootstrap was logged:\n{text}");
+    let unmatched = expected_keyed.iter().filter(|r| r.1.is_empty() && r.3 < clicks::FLUSH_MS).count();
+    assert!(unmatched > 1000, "only {unmatched} clicks were expected unmatched");
+    eprintln!("enrich-count: {} clicks ({unmatched} unmatched in phase 1), 12 kills with rescaling", first.len() + second.len());
 }

@@ -18,7 +18,10 @@
 //! comma-separated; default all), `prefix` (put before each copied field's name;
 //! default none), `matched_field` (the name of the marker; default `matched`),
 //! `unmatched` (`emit`, the default, or `drop`: what becomes of a click without a
-//! profile).
+//! profile), `key_field` (key the enriched click by this field of it instead of the user
+//! id, e.g. `country`, so that an operator after it can count per country: a string is
+//! keyed by its text, another JSON value by its JSON, a click without the field by the
+//! empty key).
 
 use serde_json::{Map, Value};
 use weir_guest::join::Table;
@@ -33,6 +36,8 @@ pub struct Enrich {
     prefix: String,
     matched_field: String,
     drop_unmatched: bool,
+    /// The field the enriched click is keyed by, instead of the user id.
+    key_field: Option<String>,
     /// Clicks dropped as not JSON objects, for want of an `invalid` output.
     invalid_clicks: u64,
     /// Profile rows that were not JSON objects (and removed their user).
@@ -105,7 +110,13 @@ impl Enrich {
             }
         }
         fields.insert(self.matched_field.clone(), Value::Bool(matched));
-        let mut emitted = out.emit_with(click.key, click.timestamp, |value| {
+        let key = self.key_field.as_ref().map(|name| match fields.get(name) {
+            Some(Value::String(text)) => text.as_bytes().to_vec(),
+            Some(other) => other.to_string().into_bytes(),
+            None => Vec::new(),
+        });
+        let key = key.as_deref().or(click.key);
+        let mut emitted = out.emit_with(key, click.timestamp, |value| {
             serde_json::to_writer(value, &fields).expect("a JSON map always serializes");
         });
         for header in click.headers {
@@ -118,7 +129,7 @@ impl Operator for Enrich {
     type State = Table;
 
     fn init(config: &Config) -> Result<(Self, Table), Error> {
-        config.deny_unknown(&["fields", "prefix", "matched_field", "unmatched"])?;
+        config.deny_unknown(&["fields", "prefix", "matched_field", "unmatched", "key_field"])?;
         config.input("clicks")?;
         let users = config.input("users")?;
         config.deny_unknown_inputs(&["clicks", "users"])?;
@@ -169,6 +180,7 @@ impl Operator for Enrich {
             prefix: config.get("prefix").unwrap_or_default().to_owned(),
             matched_field,
             drop_unmatched,
+            key_field: config.get("key_field").map(str::trim).filter(|name| !name.is_empty()).map(str::to_owned),
             invalid_clicks: 0,
             invalid_rows: 0,
         };
