@@ -63,7 +63,8 @@ pub(super) fn execute(
         let mut wiring = wire(job, key_groups);
         let mut handles = Vec::new();
         let routing = Routing { key_groups, shard: shard.as_ref() };
-        let control = spawn_sources(engine, scope, sources, routing, &bootstrap, &mut wiring, &events_tx, &mut handles)?;
+        let starts = Sources { starts: sources, routing, bootstrap: &bootstrap };
+        let control = spawn_sources(engine, scope, starts, &mut wiring, &events_tx, &mut handles)?;
         let state_out = StateOut { sink: &sink, changelog_topic: &changelog_topic };
         let operators = Operators { instances: operators, routing, records, state_out, inputs: &inputs, bootstrap: &bootstrap };
         spawn_operators(engine, scope, operators, &mut wiring, &events_tx, &mut handles);
@@ -137,17 +138,25 @@ pub(super) fn execute(
     outcome
 }
 
-/// The source tasks, `parallelism` per job source; returns their control channels.
+/// What the source tasks of an attempt start from.
+struct Sources<'a> {
+    /// One per task: `parallelism` per job source.
+    starts: Vec<SourceStart>,
+    routing: Routing<'a>,
+    /// The gate the stream sources wait at until every table is loaded.
+    bootstrap: &'a Arc<Bootstrap>,
+}
+
+/// The source tasks; returns their control channels.
 fn spawn_sources<'scope>(
     engine: &'scope Engine,
     scope: &'scope Scope<'scope, '_>,
-    starts: Vec<SourceStart>,
-    routing: Routing<'_>,
-    bootstrap: &Arc<Bootstrap>,
+    sources: Sources<'_>,
     wiring: &mut Wiring,
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
 ) -> Result<Vec<Sender<Control>>, TaskFailure> {
+    let Sources { starts, routing, bootstrap } = sources;
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
     let mut control = Vec::with_capacity(starts.len());
