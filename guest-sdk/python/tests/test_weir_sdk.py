@@ -1,6 +1,6 @@
 """weir_sdk's unit tests, under the CPython that runs componentize-py: the bindings
-componentize-py generates for wit/ stand in for the component's, so the glue runs as
-it runs in a plugin, minus Wasm. `python -m unittest discover -s guest-sdk/python/tests`
+componentize-py generates for wit/0.3 stand in for the component's, so the glue runs
+as it runs in a plugin, minus Wasm (and once, in a child process, for wit: 0.2). `python -m unittest discover -s guest-sdk/python/tests`
 from the repository root; tests/operator_py_sdk.rs runs it."""
 
 import atexit
@@ -21,8 +21,9 @@ if _SCRATCH:
 _WORK = tempfile.mkdtemp(prefix="weir-py-bindings-", dir=_SCRATCH)
 atexit.register(shutil.rmtree, _WORK, ignore_errors=True)
 BINDINGS = Path(_WORK) / "bindings"
-subprocess.run([str(Path(sys.executable).with_name("componentize-py")), "-d", str(ROOT / "wit"),
-                "-w", "operator", "bindings", str(BINDINGS)], check=True, capture_output=True)
+COMPONENTIZE_PY = str(Path(sys.executable).with_name("componentize-py"))
+subprocess.run([COMPONENTIZE_PY, "-d", str(ROOT / "wit/0.3"), "-w", "operator", "bindings", str(BINDINGS)],
+               check=True, capture_output=True)
 sys.path[:0] = [str(BINDINGS), str(ROOT / "guest-sdk/python")]
 
 import weir_sdk  # noqa: E402
@@ -62,7 +63,9 @@ def batch(*records):
 
 
 def out(result):
-    """A batch's records as (key, value, timestamp, headers)."""
+    """An emitted batch's records as (key, value, timestamp, headers)."""
+    if isinstance(result, types.Emitted):
+        result = result.batch
     data = result.data
     return [(data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
              data[e.value_offset:e.value_offset + e.value_len], e.timestamp,
@@ -124,9 +127,9 @@ class Counter(weir_sdk.Operator):
             self.emit(record.key, str(self.counts[record.key]), record.timestamp, record.headers)
 
 
-def world(operator_class=Counter, config=()):
+def world(operator_class=Counter, config=(), inputs=("in",), outputs=("out",)):
     instance = weir_sdk.export(operator_class)()
-    instance.init(list(config))
+    instance.init(list(config), list(inputs), list(outputs))
     return instance
 
 
@@ -156,9 +159,9 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(caught.exception.value, "operator config has unknown key `bogus`; this operator knows: step")
         instance = world()
         with self.assertRaisesRegex(Err, "init was called twice"):
-            instance.init([])
+            instance.init([], ["in"], ["out"])
         with self.assertRaisesRegex(Err, "not initialised"):
-            weir_sdk.export(Counter)().process(batch())
+            weir_sdk.export(Counter)().process(0, batch())
 
 
 class KeyedStateTest(unittest.TestCase):
@@ -182,21 +185,21 @@ class SnapshotTest(unittest.TestCase):
     def test_rounds_hand_over_each_changed_key_once_within_max_bytes(self):
         instance = world()
         keys = [b"k%03d" % i for i in range(200)]
-        instance.process(batch(*[(key, b"x", i) for i, key in enumerate(keys)], (None, b"x", 9)))
+        instance.process(0, batch(*[(key, b"x", i) for i, key in enumerate(keys)], (None, b"x", 9)))
         for max_bytes in (0, 7, 64, 1000):
             with self.subTest(max_bytes=max_bytes):
-                instance.process(batch(*[(key, b"x", 1) for key in keys + [None]]))
+                instance.process(0, batch(*[(key, b"x", 1) for key in keys + [None]]))
                 found = round_of(instance, max_bytes)
                 self.assertEqual([key for key, _ in found], sorted(keys + [b""]))
                 self.assertEqual(dict(found)[b"k007"][:1], b"\x01")
                 self.assertEqual(round_of(instance), [], "the next round holds only later changes")
-        instance.process(batch((b"k001", b"forget", 1), (b"k002", b"x", 2)))
+        instance.process(0, batch((b"k001", b"forget", 1), (b"k002", b"x", 2)))
         self.assertEqual(round_of(instance, 1), [(b"k001", None), (b"k002", b"\x016")])
 
     def test_a_chunk_holds_a_bounded_number_of_entries_whatever_max_bytes(self):
         instance = world()
         keys = [b"%05d" % i for i in range(20_000)]
-        instance.process(batch(*[(key, b"x", 1) for key in keys]))
+        instance.process(0, batch(*[(key, b"x", 1) for key in keys]))
         sizes = []
         while True:
             part = instance.snapshot(64 << 20)
@@ -215,9 +218,9 @@ class SnapshotTest(unittest.TestCase):
                     self.state[record.key] = "x" * int(record.value)
 
         instance = world(Big)
-        instance.process(batch((b"k", str(MAX_ENTRY_BYTES - 4).encode(), 1)))
+        instance.process(0, batch((b"k", str(MAX_ENTRY_BYTES - 4).encode(), 1)))
         self.assertEqual(len(round_of(instance, 10)), 1, "the largest entry fits, alone")
-        instance.process(batch((b"k", str(MAX_ENTRY_BYTES - 3).encode(), 1)))
+        instance.process(0, batch((b"k", str(MAX_ENTRY_BYTES - 3).encode(), 1)))
         with self.assertRaisesRegex(Err, r"the state of key b'k' is 998996 bytes with its key, over the 998995"):
             instance.snapshot(4 << 20)
 
@@ -238,14 +241,14 @@ class SnapshotTest(unittest.TestCase):
 
     def test_a_restore_continues_where_the_snapshot_was_and_is_no_change(self):
         first = world()
-        first.process(batch((b"a", b"x", 1), (b"a", b"x", 2), (None, b"x", 3)))
+        first.process(0, batch((b"a", b"x", 1), (b"a", b"x", 2), (None, b"x", 3)))
         image = round_of(first)
         second = world()
         second.restore(chunk(*image))
         second.restored(5)
         self.assertEqual(round_of(second), [])
         self.assertIn((Level.INFO, "Counter: restored the state of 2 keys"), HostLog.lines)
-        self.assertEqual(out(second.process(batch((b"a", b"x", 6))))[0][1], b"3")
+        self.assertEqual(out(second.process(0, batch((b"a", b"x", 6))))[0][1], b"3")
 
     def test_a_newer_state_version_upgrades_an_older_one(self):
         class Doubled(Counter):
@@ -257,7 +260,7 @@ class SnapshotTest(unittest.TestCase):
         instance = world(Doubled)
         instance.restore(chunk((b"a", b"\x017")))
         self.assertEqual(instance.snapshot(100).entries, [])
-        instance.process(batch((b"b", b"x", 1)))
+        instance.process(0, batch((b"b", b"x", 1)))
         self.assertEqual(round_of(instance), [(b"b", b"\x021")])
         with self.assertRaisesRegex(Err, "state_version is 0: it must be an integer from 1 to 255"):
             world(type("Zero", (Counter,), {"state_version": 0}))
@@ -275,13 +278,175 @@ class SnapshotTest(unittest.TestCase):
 class RecordsTest(unittest.TestCase):
     def test_keys_values_headers_and_errors_cross_as_the_host_wants(self):
         instance = world()
-        result = out(instance.process(batch((b"a", b"x", 10, [("h", b"1"), ("i", b"2")]), (None, b"y", 11))))
+        result = out(instance.process(0, batch((b"a", b"x", 10, [("h", b"1"), ("i", b"2")]), (None, b"y", 11))))
         self.assertEqual(result, [(b"a", b"1", 10, [("h", b"1"), ("i", b"2")]), (None, b"1", 11, [])])
         with self.assertRaises(Err) as caught:
-            instance.process(batch((b"a", b"x", 12), (b"a", b"boom", 12)))
+            instance.process(0, batch((b"a", b"x", 12), (b"a", b"boom", 12)))
         self.assertRegex(caught.exception.value, r"^KeyError: 'missing' \(at .*test_weir_sdk.py:\d+, in process\)$")
-        self.assertEqual(out(instance.process(batch((b"a", b"x", 13)))), [(b"a", b"3", 13, [])],
+        self.assertEqual(out(instance.process(0, batch((b"a", b"x", 13)))), [(b"a", b"3", 13, [])],
                          "what the failed call emitted is not emitted later")
+
+
+class Join(weir_sdk.Operator):
+    """Looks each click up in the `users` table; clicks that are not JSON go to `invalid`."""
+
+    def __init__(self, config):
+        config.input("clicks")
+        self.users_input = config.input("users")
+        config.deny_unknown_inputs("clicks", "users")
+        self.invalid = config.find_output("invalid")
+        self.users = weir_sdk.Table()
+
+    def process(self, records):
+        if records.input == self.users_input:
+            for row in records:
+                self.users.update(row)
+            return
+        for click in records:
+            if not click.value.startswith(b"{"):
+                self.forward_to(self.invalid if self.invalid is not None else 0, click)
+                continue
+            row = self.users.lookup(click)
+            self.emit(click.key, click.value + b"+" + (row or b"-"), click.timestamp)
+            if click.value == b"{both}":
+                self.emit_to("audit", click.key, b"seen", click.timestamp)
+
+
+JOIN_PORTS = {"inputs": ("clicks", "users"), "outputs": ("enriched", "invalid", "audit")}
+
+
+class PortsTest(unittest.TestCase):
+    def test_inputs_and_outputs_are_found_by_name_and_missing_ones_are_named(self):
+        config = weir_sdk.Config([], ("clicks", "users"), ("out", "invalid"))
+        self.assertEqual((config.inputs, config.outputs), (("clicks", "users"), ("out", "invalid")))
+        self.assertEqual((config.input("users"), config.find_input("orders")), (1, None))
+        self.assertEqual((config.output("invalid"), config.find_output("late")), (1, None))
+        for call, message in [
+            (lambda: config.input("orders"), "operator needs an input named `orders`; its inputs are "
+             "[clicks, users]: name one `orders` in the operator's `inputs` in the job file"),
+            (lambda: config.output("late"), "operator needs an output named `late`; its outputs are [out, invalid]"),
+            (lambda: config.deny_unknown_inputs("clicks"), "operator was given an input named `users` it "
+             "does not read; its inputs must be among [clicks]"),
+            (lambda: weir_sdk.Config([], (), ("out",)), "needs at least one input and one output"),
+            (lambda: weir_sdk.Config([], ("in",), [str(i) for i in range(257)]), "at most 256 outputs"),
+        ]:
+            with self.subTest(message=message), self.assertRaises(weir_sdk.ConfigError) as caught:
+                call()
+            self.assertIn(message, str(caught.exception))
+        self.assertEqual(weir_sdk.Config([]).inputs, ("in",), "a native Config has one input and output")
+        with self.assertRaises(Err) as caught:
+            world(Join, inputs=("clicks", "profiles"))
+        self.assertEqual(caught.exception.value, "operator needs an input named `users`; its inputs are "
+                         "[clicks, profiles]: name one `users` in the operator's `inputs` in the job file")
+
+    def test_batches_say_their_input_and_records_go_to_named_or_indexed_outputs(self):
+        instance = world(Join, **JOIN_PORTS)
+        self.assertEqual(instance.process(1, batch((b"u1", b"Ada", 1), (b"u2", b"Bo", 2))).batch.entries, [])
+        emitted = instance.process(0, batch((b"u1", b"{a}", 3), (b"u3", b"{b}", 4)))
+        self.assertEqual(emitted.outputs, b"", "all to the first output: no list")
+        self.assertEqual([r[1] for r in out(emitted)], [b"{a}+Ada", b"{b}+-"])
+        emitted = instance.process(0, batch((b"u2", b"bad", 5, [("h", b"1")]), (b"u1", b"{both}", 6),
+                                            (None, b"{c}", 7)))
+        self.assertEqual(out(emitted), [(b"u2", b"bad", 5, [("h", b"1")]), (b"u1", b"{both}+Ada", 6, []),
+                                        (b"u1", b"seen", 6, []), (None, b"{c}+-", 7, [])])
+        self.assertEqual(emitted.outputs, bytes([1, 0, 2, 0]))
+        self.assertEqual(instance.process(0, batch((b"u1", b"{d}", 8))).outputs, b"", "routes start afresh")
+        with self.assertRaisesRegex(Err, r"process was given input 2, but the operator's inputs are \[clicks, users\]"):
+            instance.process(2, batch())
+
+    def test_emitting_to_an_output_the_operator_lacks_is_refused_naming_its_outputs(self):
+        class Bad(weir_sdk.Operator):
+            def process(self, records):
+                for record in records:
+                    self.emit(None, b"first", 1)
+                    self.emit_to(record.value.decode() if record.key else int(record.value), None, b"x", 1)
+
+        for key, value, message in [
+            (b"k", b"late", r"emit_to: this operator has no output named `late`; its outputs are \[out, side\]"),
+            (None, b"2", r"emit_to: output 2 is not an output index; this operator's outputs are "
+             r"\[out, side\], indexes 0 to 1"),
+            (None, b"-1", "output -1 is not an output index"),
+        ]:
+            with self.subTest(message=message), self.assertRaisesRegex(Err, message):
+                world(Bad, outputs=("out", "side")).process(0, batch((key, value, 1)))
+        instance = world(Bad, outputs=("out", "side"))
+        self.assertEqual(instance.process(0, batch((b"k", b"side", 1), (None, b"0", 2))).outputs, bytes([0, 1, 0, 0]))
+        with self.assertRaises(Err):
+            instance.process(0, batch((b"k", b"side", 1), (b"k", b"nope", 1)))
+        self.assertEqual(instance.process(0, batch()).outputs, b"", "a failed call's routes are no output")
+
+    def test_a_plugin_built_against_wit_0_2_is_the_same_operator_with_one_input_and_output(self):
+        bindings = Path(_WORK) / "bindings-0.2"
+        subprocess.run([COMPONENTIZE_PY, "-d", str(ROOT / "wit"), "-w", "operator", "bindings", str(bindings)],
+                       check=True, capture_output=True)
+        script = """
+import weir_sdk
+from componentize_py_types import Err
+from wit_world.imports import types
+
+class Echo(weir_sdk.Operator):
+    def __init__(self, config):
+        self.ports = (config.inputs, config.outputs)
+
+    def process(self, records):
+        for record in records:
+            self.emit(record.key, record.value + str(records.input).encode(), record.timestamp)
+            if record.value == b"side":
+                self.emit_to(1, None, b"", 0)
+
+instance = weir_sdk.export(Echo)()
+instance.init([])
+result = instance.process(types.Batch(b"kv", [types.Entry(True, 0, 1, 1, 1, 5)], []))
+print(type(result).__name__, result.data, [e.timestamp for e in result.entries])
+try:
+    instance.process(types.Batch(b"side", [types.Entry(False, 0, 0, 0, 4, 5)], []))
+except Err as error:
+    print(error.value)
+"""
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(bindings), str(ROOT / "guest-sdk/python")])})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.splitlines(), [
+            "Batch b'kv0' [5]",
+            "emit_to: output 1 is not an output index; this operator's outputs are [out], indexes 0 to 0",
+        ])
+
+
+class TableTest(unittest.TestCase):
+    def test_the_latest_row_per_key_a_tombstone_removes_and_only_changes_are_snapshotted(self):
+        table = weir_sdk.Table()
+        record = weir_sdk.Record
+        table.update(record(b"u1", b"Ada", 1))
+        table.update(record(None, b"nobody", 2))
+        table.update(record(b"u2", b"Bo", 3))
+        table.update(record(b"u2", b"Bea", 4))
+        self.assertEqual((table.lookup(record(b"u2", b"click", 5)), table.lookup(record(None, b"c", 5))),
+                         (b"Bea", b"nobody"))
+        self.assertEqual(table._take_round(), [b"", b"u1", b"u2"])
+        table.update(record(b"u1", b"", 6))
+        table.update(record(b"u9", b"", 7))  # a tombstone for a key it never held
+        self.assertIsNone(table.lookup(record(b"u1", b"click", 8)))
+        self.assertEqual((table._take_round(), table._encode(b"u1"), table._encode(b"u2")), ([b"u1"], None, b"Bea"))
+        table.update(record(b"u3", b"x", 9), lambda value: None)  # a row `row` cannot use removes
+        self.assertEqual((len(table), table._take_round()), (2, []))
+
+    def test_a_join_snapshots_changed_rows_and_a_restored_one_joins_the_same(self):
+        first = world(Join, **JOIN_PORTS)
+        first.process(1, batch((b"u1", b"Ada", 1), (b"u2", b"Bo", 2), (b"u3", b"Cy", 3)))
+        image = dict(round_of(first, 1))
+        self.assertEqual(image, {b"u1": b"\x01Ada", b"u2": b"\x01Bo", b"u3": b"\x01Cy"})
+        first.process(1, batch((b"u2", b"", 4), (b"u3", b"Cyd", 5)))
+        changes = round_of(first)
+        self.assertEqual(changes, [(b"u2", None), (b"u3", b"\x01Cyd")])
+        for key, value in changes:
+            image.pop(key) if value is None else image.__setitem__(key, value)
+        second = world(Join, **JOIN_PORTS)
+        second.restore(chunk(*sorted(image.items())))
+        second.restored(5)
+        self.assertEqual(round_of(second), [])
+        clicks = batch((b"u1", b"{a}", 6), (b"u2", b"{b}", 7), (b"u3", b"{c}", 8))
+        self.assertEqual(out(second.process(0, clicks)), out(first.process(0, clicks)))
+        self.assertEqual([r[1] for r in out(second.process(0, clicks))], [b"{a}+Ada", b"{b}+-", b"{c}+Cyd"])
 
 
 def fired(windows, watermark):

@@ -7,7 +7,8 @@ class Error(Exception):
 
 
 class ConfigError(Error):
-    """The job's `[operators.config]` is missing a key, has an unknown one, or a bad value."""
+    """The job's `[operators.config]` is missing a key, has an unknown one, or a bad value;
+    or the operator's inputs or outputs are not the ones it needs."""
 
 
 class StateError(Error):

@@ -1,16 +1,18 @@
 """The `Operator` an author subclasses, and `export`, which wraps it into the class
-componentize-py exports (`WitWorld`): config checked once, batches unpacked and packed,
-and the whole state protocol of weir:operator@0.2 (snapshot rounds cut into chunks
-within `max-bytes`, each entry versioned; restores checked) done here."""
+componentize-py exports (`WitWorld`): config and ports checked once, batches unpacked
+and packed with each record's output, and the whole state protocol of weir:operator
+(snapshot rounds cut into chunks within `max-bytes`, each entry versioned; restores
+checked) done here. Built against wit/0.3 it is a weir:operator@0.3 operator; against
+wit (0.2), the same operator with one input and one output."""
 
 import os
 import traceback
-from typing import Any, Callable, ClassVar, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 from . import log
-from .config import Config
+from .config import DEFAULT_INPUTS, DEFAULT_OUTPUTS, Config
 from .errors import Error, StateError
-from .records import Bytes, Headers, Output, Record, unpack
+from .records import Bytes, Headers, Output, Record, Records, unpack
 from .state import StateStore
 
 # The most a key and its value together may be: one changelog record (wit/operator.wit).
@@ -27,9 +29,10 @@ class Operator:
     """Base class of an operator. Subclass it, then export it with `export`.
 
     `__init__(config)` reads the job's `[operators.config]` through `Config` (a key it
-    never reads is refused as unknown) and creates the operator's keyed state, if any:
-    one attribute holding a `KeyedState`, `TumblingWindows` or `SessionWindows`. The
-    SDK checkpoints and restores it; the operator writes no state code.
+    never reads is refused as unknown), looks up the inputs and outputs it needs by
+    name (`config.input("users")`), and creates the operator's keyed state, if any: one
+    attribute holding a `KeyedState`, `Table`, `TumblingWindows` or `SessionWindows`.
+    The SDK checkpoints and restores it; the operator writes no state code.
     """
 
     state_version: ClassVar[int] = 1
@@ -40,8 +43,9 @@ class Operator:
     def __init__(self, config: Config) -> None:
         pass
 
-    def process(self, records: List[Record]) -> None:
-        """Handles a batch of records in arrival order, emitting with `emit`."""
+    def process(self, records: Records) -> None:
+        """Handles a batch of records in arrival order, emitting with `emit`; the batch
+        came from input `records.input` (an index into `Config.inputs`)."""
         raise NotImplementedError(f"{type(self).__name__} must define process(records)")
 
     def on_watermark(self, watermark: int) -> None:
@@ -63,6 +67,20 @@ class Operator:
         """Emits a record: `key` (None: no key), `value` (bytes, or str as UTF-8),
         event time `timestamp` in epoch ms, and `headers` as (name, bytes) pairs."""
         raise Error("emit is available once the operator is exported and initialised")
+
+    def emit_to(self, output: Any, key: Optional[Bytes], value: Bytes, timestamp: int,
+                headers: Headers = ()) -> None:
+        """Emits a record to `output`: a name in `Config.outputs`, or its index (as
+        `Config.output(name)` gives it; 0 is the first output, where `emit` goes)."""
+        raise Error("emit_to is available once the operator is exported and initialised")
+
+    def forward(self, record: Record) -> None:
+        """Emits `record` unchanged (key, value, timestamp and headers) to the first output."""
+        self.emit(*record)
+
+    def forward_to(self, output: Any, record: Record) -> None:
+        """Emits `record` unchanged to `output` (a name or an index, as for `emit_to`)."""
+        self.emit_to(output, *record)
 
 
 def export(operator: Type[Operator]) -> type:
@@ -87,13 +105,22 @@ def export(operator: Type[Operator]) -> type:
         export_call.__name__ = method.__name__
         return export_call
 
-    class WitWorld(wit_world.WitWorld):
-        init = call(glue.init)
-        process = call(glue.process)
-        on_watermark = call(glue.on_watermark)
-        snapshot = call(glue.snapshot)
-        restore = call(glue.restore)
-        restored = call(glue.restored)
+    if hasattr(types, "Emitted"):  # weir:operator@0.3.0 (wit/0.3)
+        class WitWorld(wit_world.WitWorld):
+            init = call(glue.init)
+            process = call(glue.process)
+            on_watermark = call(glue.on_watermark)
+            snapshot = call(glue.snapshot)
+            restore = call(glue.restore)
+            restored = call(glue.restored)
+    else:  # weir:operator@0.2.0 (wit): one input and one output
+        class WitWorld(wit_world.WitWorld):  # type: ignore[no-redef]
+            init = call(glue.init_single)
+            process = call(glue.process_single)
+            on_watermark = call(glue.on_watermark_single)
+            snapshot = call(glue.snapshot)
+            restore = call(glue.restore)
+            restored = call(glue.restored)
 
     WitWorld.__doc__ = f"The weir:operator exports of {operator.__name__}."
     return WitWorld
@@ -112,13 +139,16 @@ def describe(error: BaseException) -> str:
 
 
 class Glue:
-    """One instance's operator, its output buffer and its snapshot round."""
+    """One instance's operator, its ports, its output buffer and its snapshot round."""
 
     def __init__(self, operator: Type[Operator], types: Any) -> None:
         self._class = operator
         self._types = types
         self._output = Output(types)
         self._operator: Optional[Operator] = None
+        self._inputs: Tuple[str, ...] = ()
+        self._outputs: Tuple[str, ...] = ()
+        self._output_index: Dict[str, int] = {}
         self._state: Optional[StateStore] = None
         self._version = b""
         # The round being handed over: its keys, the next one's index, and that key's
@@ -132,11 +162,16 @@ class Glue:
             raise Error("the operator is not initialised: the host must call init first")
         return self._operator
 
-    def init(self, config: Sequence[Tuple[str, str]]) -> None:
+    def init(self, config: Sequence[Tuple[str, str]], inputs: Sequence[str],
+             outputs: Sequence[str]) -> None:
         if self._operator is not None:
             raise Error("init was called twice on one instance; the host must instantiate "
                         "the plugin again instead")
-        settings = Config(config)
+        settings = Config(config, inputs, outputs)
+        self._inputs, self._outputs = settings.inputs, settings.outputs
+        self._output_index = {}
+        for index, name in enumerate(self._outputs):
+            self._output_index.setdefault(name, index)
         operator = self._class(settings)
         settings.check_unknown()
         self._state = find_state(operator)
@@ -146,23 +181,52 @@ class Glue:
                         "an integer from 1 to 255")
         self._version = bytes((version,))
         operator.emit = self._output.emit  # type: ignore[method-assign]
+        operator.emit_to = self._emit_to  # type: ignore[method-assign]
         self._operator = operator
 
-    def process(self, batch: Any) -> Any:
+    def _emit_to(self, output: Any, key: Optional[Bytes], value: Bytes, timestamp: int,
+                 headers: Headers = ()) -> None:
+        index = self._output_index.get(output) if isinstance(output, str) else output
+        if type(index) is not int or not 0 <= index < len(self._outputs):
+            raise Error(self._no_output(output))
+        self._output.emit_to(index, key, value, timestamp, headers)
+
+    def _no_output(self, output: Any) -> str:
+        names = "[" + ", ".join(self._outputs) + "]"
+        if isinstance(output, str):
+            return (f"emit_to: this operator has no output named `{output}`; its outputs are "
+                    f"{names}: look outputs up in __init__ with config.output(name), so that "
+                    "a job without them fails at init")
+        return (f"emit_to: output {output!r} is not an output index; this operator's outputs "
+                f"are {names}, indexes 0 to {len(self._outputs) - 1}")
+
+    def process(self, input: int, batch: Any) -> Any:
         operator = self._ready()
-        try:
-            operator.process(unpack(batch))
-        except BaseException:
-            self._output.take()  # what a failed call emitted is no output
-            raise
-        return self._output.take()
+        if not 0 <= input < len(self._inputs):
+            raise Error(f"process was given input {input}, but the operator's inputs are "
+                        f"[{', '.join(self._inputs)}]")
+        return self._types.Emitted(*self._run(operator.process, unpack(batch, input)))
 
     def on_watermark(self, watermark: int) -> Any:
-        operator = self._ready()
+        return self._types.Emitted(*self._run(self._ready().on_watermark, watermark))
+
+    # weir:operator@0.2: one input and one output, named as the host names them.
+
+    def init_single(self, config: Sequence[Tuple[str, str]]) -> None:
+        self.init(config, DEFAULT_INPUTS, DEFAULT_OUTPUTS)
+
+    def process_single(self, batch: Any) -> Any:
+        return self._run(self._ready().process, unpack(batch))[0]
+
+    def on_watermark_single(self, watermark: int) -> Any:
+        return self._run(self._ready().on_watermark, watermark)[0]
+
+    def _run(self, method: Callable[[Any], None], argument: Any) -> Tuple[Any, bytes]:
+        """Calls the operator's `method`; returns what it emitted, packed."""
         try:
-            operator.on_watermark(watermark)
+            method(argument)
         except BaseException:
-            self._output.take()
+            self._output.take()  # what a failed call emitted is no output
             raise
         return self._output.take()
 

@@ -1,6 +1,7 @@
 """Records in and out of an operator. A batch crosses the Wasm boundary packed (one
 data buffer, flat entries); the SDK slices each record's key and value out of it once
-and packs what the operator emits back the same way."""
+and packs what the operator emits back the same way, with the output of each record
+that does not go to the first."""
 
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -28,8 +29,25 @@ class Window(NamedTuple):
     end: int
 
 
-def unpack(batch: Any) -> List[Record]:
-    """The records of a packed `batch`, in order (one tuple and two slices each)."""
+class Records(list):
+    """A batch's records, in arrival order: a list of `Record`, and `input`, the index
+    of the operator's input it came from (in `Config.inputs`; 0 for an operator with
+    one input)."""
+
+    __slots__ = ("input",)
+
+    def __init__(self, records: Sequence[Record] = (), input: int = 0) -> None:
+        super().__init__(records)
+        self.input = input
+
+
+def unpack(batch: Any, input: int = 0) -> Records:
+    """The records of a packed `batch`, in order (one tuple and two slices each), from
+    input `input`."""
+    return Records(_records(batch), input)
+
+
+def _records(batch: Any) -> List[Record]:
     data = batch.data
     new, record = _tuple_new, Record
     if not batch.headers:
@@ -47,7 +65,9 @@ def unpack(batch: Any) -> List[Record]:
 
 
 class Output:
-    """What an operator emits during one call, packed as the host wants it."""
+    """What an operator emits during one call, packed as the host wants it. A record
+    for the first output costs nothing more than in an operator with one output: only
+    the records for another are noted, as (record index, output index)."""
 
     def __init__(self, types: Any) -> None:
         self._types = types
@@ -55,6 +75,7 @@ class Output:
         self._data = bytearray()
         self._entries: List[Any] = []
         self._headers: List[Any] = []
+        self._routed: List[Tuple[int, int]] = []
 
     def emit(self, key: Optional[Bytes], value: Bytes, timestamp: int,
              headers: Headers = _NO_HEADERS) -> None:
@@ -78,15 +99,30 @@ class Output:
         self._entries.append(self._entry(key is not None, key_offset, key_len,
                                          value_offset, len(value), timestamp))
 
+    def emit_to(self, output: int, key: Optional[Bytes], value: Bytes, timestamp: int,
+                headers: Headers = _NO_HEADERS) -> None:
+        """`emit` to output index `output`, which the caller has checked (0 to 255)."""
+        self.emit(key, value, timestamp, headers)
+        if output:
+            self._routed.append((len(self._entries) - 1, output))
+
     def _add_headers(self, index: int, headers: Headers) -> None:
         header = self._types.Header
         for name, value in headers:
             self._headers.append(header(index, name, bytes(value)))
 
-    def take(self) -> Any:
-        """The batch emitted since the last `take`; the buffer starts afresh."""
+    def take(self) -> Tuple[Any, bytes]:
+        """The batch emitted since the last `take` and each record's output as the WIT's
+        `emitted.outputs` wants them (empty: all to the first); the buffer starts afresh."""
         batch = self._types.Batch(bytes(self._data), self._entries, self._headers)
+        outputs = b""
+        if self._routed:
+            table = bytearray(len(self._entries))
+            for index, output in self._routed:
+                table[index] = output
+            outputs = bytes(table)
+            self._routed = []
         self._data = bytearray()
         self._entries = []
         self._headers = []
-        return batch
+        return batch, outputs
