@@ -29,6 +29,7 @@ mod operator_languages;
 mod operator_load;
 mod operator_new;
 mod operator_ports;
+mod operator_py_join;
 mod operator_py_sdk;
 mod operator_py_total;
 mod operator_state;
