@@ -82,19 +82,10 @@ fn copies(records: &[clicks::Input]) -> BTreeMap<(Vec<u8>, Vec<u8>), usize> {
     counts
 }
 
-#[test]
-fn a_graph_of_two_sources_and_three_sinks_commits_each_reference_under_sigkill() {
-    let job = job::job_dir("graph");
-    let (a, b) = (Topic::new(&job, "a", 4), Topic::new(&job, "b", 2));
-    let (counts, counts_a, copy_b) = (Topic::new(&job, "counts", 4), Topic::new(&job, "counts-a", 2), Topic::new(&job, "copy-b", 2));
-    let plugin = support::plugin("window-count");
-    // `both` counts windows over a and b together (its watermark is the least of the
-    // two); `only_a` reads a alone; `copy_b` takes b's records straight to a sink.
-    job.write(
-        2,
-        100,
-        &format!(
-            r#"
+/// Sources `a` and `b`, and `both`, a window count over the two of them.
+fn count_of_both(a: &Topic, b: &Topic) -> String {
+    format!(
+        r#"
 [[sources]]
 name = "a"
 brokers = "{brokers}"
@@ -112,7 +103,27 @@ key_by = true
 inputs = ["a", "b"]
 [operators.config]
 window_ms = "{WINDOW_MS}"
+"#,
+        brokers = support::brokers(),
+        a = a.name,
+        b = b.name,
+        plugin = support::plugin("window-count").display(),
+    )
+}
 
+#[test]
+fn a_graph_of_two_sources_and_three_sinks_commits_each_reference_under_sigkill() {
+    let job = job::job_dir("graph");
+    let (a, b) = (Topic::new(&job, "a", 4), Topic::new(&job, "b", 2));
+    let (counts, counts_a, copy_b) = (Topic::new(&job, "counts", 4), Topic::new(&job, "counts-a", 2), Topic::new(&job, "copy-b", 2));
+    let plugin = support::plugin("window-count");
+    // `both` counts windows over a and b together (its watermark is the least of the
+    // two); `only_a` reads a alone; `copy_b` takes b's records straight to a sink.
+    job.write(
+        2,
+        100,
+        &format!(
+            r#"{both}
 [[operators]]
 name = "only_a"
 plugin = "{plugin}"
@@ -139,9 +150,8 @@ from = ["b"]
 [producer]
 brokers = "{brokers}"
 "#,
+            both = count_of_both(&a, &b),
             brokers = support::brokers(),
-            a = a.name,
-            b = b.name,
             plugin = plugin.display(),
             counts = counts.name,
             counts_a = counts_a.name,
@@ -153,6 +163,11 @@ brokers = "{brokers}"
     let log = job.dir.path().join("weir.log");
     kill_at_random_moments(&job, &log, 8, seed);
     let (input_a, input_b) = (from_a.join().expect("producer a"), from_b.join().expect("producer b"));
+    // Once more after a commit, then without the state_dir: the restart rebuilds it.
+    let mut child = job::start(&job.path(), &log, &[]);
+    job::wait_for_more(&log, "checkpoint committed", job::count_in_log(&log, "checkpoint committed"), Duration::from_secs(60));
+    job::kill(&mut child);
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
 
     let mut child = job::start(&job.path(), &log, &[]);
     let mut both: Vec<clicks::Input> = input_a.clone();
@@ -174,25 +189,7 @@ fn scaled_out_join(job: &JobDir, a: &Topic, b: &Topic, out: &Topic) {
         200,
         &format!(
             r#"scale_out = true
-
-[[sources]]
-name = "a"
-brokers = "{brokers}"
-topic = "{a}"
-
-[[sources]]
-name = "b"
-brokers = "{brokers}"
-topic = "{b}"
-
-[[operators]]
-name = "both"
-plugin = "{plugin}"
-key_by = true
-inputs = ["a", "b"]
-[operators.config]
-window_ms = "{WINDOW_MS}"
-
+{both}
 [[sinks]]
 name = "counts"
 topic = "{out}"
@@ -201,11 +198,9 @@ from = ["both"]
 [producer]
 brokers = "{brokers}"
 "#,
+            both = count_of_both(a, b),
             brokers = support::brokers(),
-            a = a.name,
-            b = b.name,
             out = out.name,
-            plugin = support::plugin("window-count").display(),
         ),
     );
 }
