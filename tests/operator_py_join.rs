@@ -240,7 +240,10 @@ fn py_enrich_copies_the_fields_it_is_told_and_drops_what_it_is_told() {
 }
 
 /// Both plugins refuse these the same way: `(config, inputs, outputs, message)`.
-const REFUSALS: [(&[(&str, &str)], &[&str], &[&str], &str); 5] = [
+/// A config, inputs, outputs and the refusal they earn.
+type Refusal = (&'static [(&'static str, &'static str)], &'static [&'static str], &'static [&'static str], &'static str);
+
+const REFUSALS: [Refusal; 5] = [
     (
         &[],
         &["clicks", "profiles"],
@@ -441,7 +444,8 @@ fn run(
 
 #[test]
 fn py_enrich_emits_what_the_rust_enrich_emits_on_the_same_input() {
-    let configs: [(&[(&str, &str)], &[&str]); 3] = [
+    type Setup<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+    let configs: [Setup<'_>; 3] = [
         (&[], &["enriched", "invalid"]),
         (
             &[

@@ -366,7 +366,7 @@ fn readme_example() -> String {
 /// Builds the README's example with the command the README gives.
 fn build_readme_example() -> PathBuf {
     let readme = std::fs::read_to_string(root().join("guest-sdk/python/README.md")).expect("README");
-    let command = "componentize-py -d wit -w operator componentize app -p plugins/NAME -p guest-sdk/python -o NAME.wasm";
+    let command = "componentize-py -d wit/0.3 -w operator componentize app -p plugins/NAME -p guest-sdk/python -o NAME.wasm";
     assert!(readme.contains(command), "guest-sdk/python/README.md no longer gives the build command `{command}`");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weir-py-readme-example");
     std::fs::create_dir_all(&dir).expect("create the example's directory");
@@ -374,7 +374,7 @@ fn build_readme_example() -> PathBuf {
     let wasm = dir.join("sessions.wasm");
     let out = Command::new(py_venv().join("bin/componentize-py"))
         .current_dir(root())
-        .args(["-d", "wit", "-w", "operator", "componentize", "app", "-p"])
+        .args(["-d", "wit/0.3", "-w", "operator", "componentize", "app", "-p"])
         .arg(&dir)
         .args(["-p", "guest-sdk/python", "-o"])
         .arg(&wasm)

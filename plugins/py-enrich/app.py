@@ -21,7 +21,9 @@ Config (`[operators.config]`, all optional): `fields` (the profile fields to cop
 comma-separated; default all), `prefix` (put before each copied field's name;
 default none), `matched_field` (the name of the marker; default `matched`),
 `unmatched` (`emit`, the default, or `drop`: what becomes of a click without a
-profile).
+profile), `key_field` (key the enriched click by this field of it instead of the user
+id: a string by its text, another JSON value by its JSON, a click without it by the
+empty key).
 
 State: the SDK's `Table`, one entry per user: the state version byte 0x01, then the
 profile in compact JSON.
@@ -78,6 +80,7 @@ class Enrich(weir_sdk.Operator):
                 "`emit` (the default: a click without a profile is emitted with `matched_field` "
                 "false) or `drop`")
         self.drop_unmatched = unmatched == "drop"
+        self.key_field = config.get("key_field", "").strip() or None
         self.invalid = config.find_output("invalid")
         if self.invalid == 0:
             raise weir_sdk.ConfigError(
@@ -119,7 +122,18 @@ class Enrich(weir_sdk.Operator):
             if self.fields is None or name in self.fields:
                 fields[self.prefix + name] = value
         fields[self.matched_field] = profile is not None
-        self.emit(click.key, compact(fields), click.timestamp, click.headers)
+        self.emit(self.key_of(fields, click), compact(fields), click.timestamp, click.headers)
+
+    def key_of(self, fields, click):
+        """The enriched click's key: its user's, or that of field `key_field`."""
+        if self.key_field is None:
+            return click.key
+        value = fields.get(self.key_field)
+        if value is None:
+            return b""
+        if isinstance(value, str):
+            return value.encode()
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
     def refuse(self, click):
         """A click that is not a JSON object: to `invalid`, else dropped and counted."""
