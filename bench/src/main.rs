@@ -2,7 +2,8 @@
 //! transactional copier (the physical limit), `measure` runs one system under the
 //! harness and appends its figures to a results file, `latency` does the same for
 //! visibility latency in one phase, `report` and `chart` turn results into
-//! docs/benchmarks.md's tables and chart. `bench/run` drives them all.
+//! docs/benchmarks.md's tables and chart. `bench/run` drives them all; `join-gen` and
+//! `join-check` serve `bench/join`.
 
 mod chart;
 mod copier;
@@ -10,6 +11,7 @@ mod data;
 mod failover;
 mod generate;
 mod group;
+mod join;
 mod latency;
 mod measure;
 mod procs;
@@ -243,6 +245,33 @@ enum Cmd {
         brokers: String,
         topics: Vec<String>,
     },
+    /// Create the enrichment join's compacted users topic and its clicks topic and load
+    /// them, the users first (`bench/join`).
+    JoinGen {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        users_topic: String,
+        #[arg(long)]
+        clicks_topic: String,
+        #[command(flatten)]
+        sizes: join::Sizes,
+    },
+    /// Wait until a join's committed output holds one record per click (`--await`), or
+    /// compare all of it with the reference and print the verdict as `name=value` pairs.
+    JoinCheck {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long)]
+        output: String,
+        #[command(flatten)]
+        sizes: join::Sizes,
+        /// Only wait for the record count, up to --timeout-s (exits 1 at the timeout).
+        #[arg(long = "await")]
+        wait: bool,
+        #[arg(long, default_value_t = 300)]
+        timeout_s: u64,
+    },
     /// Wait until a consumer group has committed every partition of a topic to its end
     /// (a job that writes no output has drained its input then); exits 1 at the timeout.
     WaitDrained {
@@ -339,6 +368,10 @@ fn main() -> anyhow::Result<()> {
             topics::create(&brokers, &topic, partitions).with_context(|| format!("creating {topic}"))
         }
         Cmd::DeleteTopics { brokers, topics } => topics::delete(&brokers, &topics).context("deleting topics"),
+        Cmd::JoinGen { brokers, users_topic, clicks_topic, sizes } => join::generate(&brokers, &users_topic, &clicks_topic, sizes),
+        Cmd::JoinCheck { brokers, output, sizes, wait, timeout_s } => {
+            join::check(&brokers, &output, sizes, !wait, Duration::from_secs(timeout_s))
+        }
         Cmd::WaitDrained { brokers, group, topic, partitions, timeout_s } => {
             topics::wait_drained(&brokers, &group, &topic, partitions, Duration::from_secs(timeout_s))
         }
