@@ -441,14 +441,23 @@ fn parse_checkpoint_record(mut bytes: &[u8]) -> Result<Checkpoint, String> {
     Ok(Checkpoint { n, meta, tasks })
 }
 
-/// The offset metadata committed with checkpoint `n`.
-pub fn offset_metadata(n: u64) -> String {
-    format!("{OFFSET_METADATA_PREFIX}{n}")
+/// The offset metadata a single process commits with checkpoint `n` for a partition
+/// whose greatest event time read is `max_timestamp`: `weir:ckpt=N;mt=T`. The time
+/// lets a job without keyed state, which has no changelog, start again from the event
+/// time it had reached when its state_dir is lost.
+pub fn offset_metadata(n: u64, max_timestamp: i64) -> String {
+    format!("{OFFSET_METADATA_PREFIX}{n};mt={max_timestamp}")
 }
 
-/// The checkpoint that committed offset metadata names; `None` if weir did not write it.
-pub fn parse_offset_metadata(metadata: &str) -> Option<u64> {
-    metadata.strip_prefix(OFFSET_METADATA_PREFIX)?.parse().ok()
+/// The checkpoint that a single process's offset metadata names, and the partition's
+/// greatest event time if it was recorded (weir up to commit 88ba1f1 wrote `weir:ckpt=N`
+/// alone); `None` if a single process of weir did not write it.
+pub fn parse_offset_metadata(metadata: &str) -> Option<(u64, Option<i64>)> {
+    let rest = metadata.strip_prefix(OFFSET_METADATA_PREFIX)?;
+    match rest.split_once(';') {
+        None => Some((rest.parse().ok()?, None)),
+        Some((n, time)) => Some((n.parse().ok()?, Some(time.strip_prefix("mt=")?.parse().ok()?))),
+    }
 }
 
 /// What a process of a scaled-out job commits for a partition with its checkpoint `n`
@@ -492,7 +501,8 @@ pub fn parse_shard_offset_metadata(metadata: &str) -> Option<ShardMetadata> {
     for field in fields {
         let (key, value) = field.split_once('=')?;
         match key {
-            "ts" => meta.max_timestamp = Some(value.parse().ok()?),
+            // A single process's `mt` is the same time: where a scaled-out process starts.
+            "ts" | "mt" => meta.max_timestamp = Some(value.parse().ok()?),
             "p" => meta.partitions = Some(value.parse().ok()?),
             "shape" => meta.shape = Some(u64::from_str_radix(value, 16).ok()?),
             "by" => meta.by = Some(value.parse().ok()?),
@@ -655,10 +665,13 @@ mod tests {
 
     #[test]
     fn offset_metadata_round_trips() {
-        assert_eq!(offset_metadata(42), "weir:ckpt=42");
-        assert_eq!(parse_offset_metadata("weir:ckpt=42"), Some(42));
+        assert_eq!(offset_metadata(42, -5), "weir:ckpt=42;mt=-5");
+        assert_eq!(parse_offset_metadata("weir:ckpt=42;mt=-5"), Some((42, Some(-5))));
+        assert_eq!(parse_offset_metadata("weir:ckpt=42"), Some((42, None)), "as weir wrote it before");
         assert_eq!(parse_offset_metadata("other"), None);
         assert_eq!(parse_offset_metadata("weir:ckpt=x"), None);
+        assert_eq!(parse_offset_metadata("weir:ckpt=4;mt=x"), None);
+        assert_eq!(parse_shard_offset_metadata("weir:ckpt=4;mt=9").and_then(|m| m.max_timestamp), Some(9));
         let meta = ShardMetadata { n: 7, max_timestamp: Some(-3), partitions: Some(12), shape: Some(0xab), by: Some(2) };
         assert_eq!(shard_offset_metadata(&meta), "weir:ckpt=7;ts=-3;p=12;shape=00000000000000ab;by=2");
         assert_eq!(parse_shard_offset_metadata(&shard_offset_metadata(&meta)), Some(meta));

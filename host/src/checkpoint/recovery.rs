@@ -18,6 +18,8 @@ pub(crate) struct Resume {
     pub(crate) checkpoint: Option<u64>,
     /// The next offset to read of each partition that has one committed.
     pub(crate) offsets: BTreeMap<i32, i64>,
+    /// The greatest event time read of each partition that recorded it with its offset.
+    pub(crate) max_timestamps: BTreeMap<i32, i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +83,7 @@ pub(crate) fn committed(consumer: &BaseConsumer, group: &str, topic: &str, parti
     let mut resume = Resume::default();
     let mut checkpoints = Vec::new();
     for (partition, offset, metadata) in committed_offsets(consumer, group, topic, partitions, timeout)? {
-        let Some(n) = layout::parse_offset_metadata(&metadata) else {
+        let Some((n, max_timestamp)) = layout::parse_offset_metadata(&metadata) else {
             if layout::parse_shard_offset_metadata(&metadata).is_some_and(|meta| meta.max_timestamp.is_some()) {
                 return Err(RecoveryError::ScaledOut {
                     group: group.to_string(),
@@ -99,6 +101,9 @@ pub(crate) fn committed(consumer: &BaseConsumer, group: &str, topic: &str, parti
         };
         checkpoints.push(n);
         resume.offsets.insert(partition, offset);
+        if let Some(time) = max_timestamp {
+            resume.max_timestamps.insert(partition, time);
+        }
     }
     checkpoints.sort_unstable();
     checkpoints.dedup();

@@ -14,7 +14,7 @@ use crate::checkpoint::layout::{self, FormatError, PartitionState, Shape, Snapsh
 use crate::checkpoint::recovery::{self, RecoveryError, ShardResume};
 use crate::checkpoint::store::{CheckpointStore, StoreError};
 use crate::dataflow::{InputTopics, KeyGroups, MAX_PARTITIONS, Shard, TaskFailure, input_id};
-use crate::job::{self, Job};
+use crate::job::{self, Job, Port};
 use crate::metrics::Metrics;
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin, Ports};
 use crate::sink::{self, Delivery, Member, ShardSink, Sink, SinkConfig, SinkError};
@@ -70,7 +70,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
             let Loaded { snapshot, positions, local } = load(job, store, n, &resume.offsets)?;
             (Some(snapshot), Some(positions), local)
         }
-        Some(n) => (Some(load_stateless(job, store, n, &partitions, &resume.offsets)?), Some(BTreeMap::new()), None),
+        Some(n) => (Some(load_stateless(job, store, n, &partitions, &resume)?), Some(BTreeMap::new()), None),
         None => (None, None, None),
     };
     let committed = resume.checkpoint.unwrap_or(0);
@@ -403,6 +403,7 @@ fn committed_inputs(job: &Job, consumer: &BaseConsumer, ids: &[i32], inputs: &In
             .map_err(TaskFailure::Recovery)?;
         checkpoints.extend(found.checkpoint);
         resume.offsets.extend(found.offsets.into_iter().map(|(partition, offset)| (input_id(index, partition), offset)));
+        resume.max_timestamps.extend(found.max_timestamps.into_iter().map(|(partition, time)| (input_id(index, partition), time)));
     }
     if checkpoints.len() > 1 {
         let found = checkpoints.into_iter().collect();
@@ -552,26 +553,69 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
 /// from: the state_dir's, else what Kafka's committed offsets say of it. Only event
 /// time is lost with the state_dir, and no operator of such a job keeps any state that
 /// depends on it.
-fn load_stateless(job: &Job, store: &CheckpointStore, n: u64, partitions: &[i32], committed: &BTreeMap<i32, i64>) -> Result<Snapshot, TaskFailure> {
+fn load_stateless(job: &Job, store: &CheckpointStore, n: u64, partitions: &[i32], resume: &recovery::Resume) -> Result<Snapshot, TaskFailure> {
     store.discard_after(n)?;
-    match checkpoint_here(job, store, n, committed) {
+    match checkpoint_here(job, store, n, &resume.offsets) {
         Err(TaskFailure::Store(StoreError::Missing { .. })) => {}
         loaded => return loaded,
     }
     tracing::info!(checkpoint = n, "the state_dir lacks checkpoint {n}; this job keeps no state, so it resumes from the committed offsets");
     let count = u32::try_from(partitions.len()).unwrap_or(u32::MAX);
     let key_groups = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
-    let partitions = committed
+    let max_timestamp = |id: &i32| resume.max_timestamps.get(id).copied().unwrap_or(i64::MIN);
+    let states = resume
+        .offsets
         .iter()
-        .map(|(&partition, &next_offset)| (partition, PartitionState { partition, next_offset, max_timestamp: i64::MIN }))
+        .map(|(&partition, &next_offset)| (partition, PartitionState { partition, next_offset, max_timestamp: max_timestamp(&partition) }))
         .collect();
-    let unknown = layout::OperatorState { watermark: i64::MIN, guest: Vec::new() };
-    let operators = (0u32..)
-        .take(job.operators.len())
-        .flat_map(|stage| (0..job.parallelism).map(move |subtask| (stage, subtask)))
-        .map(|at| (at, unknown.clone()))
+    let operators = derived_watermarks(job, partitions, max_timestamp)
+        .into_iter()
+        .map(|(at, watermark)| (at, layout::OperatorState { watermark, guest: Vec::new() }))
         .collect();
-    Ok(Snapshot { n, format: layout::FORMAT, shape: shape(job, key_groups), partitions, operators })
+    Ok(Snapshot { n, format: layout::FORMAT, shape: shape(job, key_groups), partitions: states, operators })
+}
+
+/// Each operator subtask's watermark as the checkpoint had it, derived from the greatest
+/// event time of each input partition (`max_timestamp`, by input id): a source task's
+/// is the least over its partitions of that less the source's out-of-orderness (none
+/// for a task without partitions), and a subtask's the least over its stream inputs:
+/// every upstream subtask for a key_by operator, the one of its index otherwise. A
+/// source task reports its progress after each batch and a barrier comes between
+/// batches, so at a barrier every subtask had reached exactly this. (A partition idle
+/// then counts here; the watermark is then lower than it was, never higher.)
+fn derived_watermarks(job: &Job, partitions: &[i32], max_timestamp: impl Fn(&i32) -> i64) -> BTreeMap<(u32, u32), i64> {
+    let parallelism = job.parallelism as usize;
+    let inputs = input_topics(job);
+    // `sources[s][i]`: source task i of source s, spread as `start_offsets` spreads partitions.
+    let mut sources = vec![vec![i64::MAX; parallelism]; job.sources.len()];
+    let mut spread = vec![0usize; job.sources.len()];
+    for id in partitions {
+        let (source, _, _) = inputs.resolve(*id);
+        let out_of_orderness = i64::try_from(job.sources[source].max_out_of_orderness_ms).unwrap_or(i64::MAX);
+        let task = &mut sources[source][spread[source] % parallelism];
+        spread[source] += 1;
+        let time = max_timestamp(id);
+        *task = (*task).min(if time == i64::MIN { i64::MIN } else { time.saturating_sub(out_of_orderness) });
+    }
+    let mut operators: Vec<Vec<i64>> = vec![Vec::new(); job.operators.len()];
+    for stage in job.upstream_first() {
+        let key_by = job.operators[stage].key_by;
+        let upstream = |port: Port, subtask: usize| -> i64 {
+            let tasks = match port {
+                Port::Source(source) => &sources[source],
+                Port::Operator { stage, .. } => &operators[stage],
+            };
+            if key_by { tasks.iter().copied().min().unwrap_or(i64::MIN) } else { tasks[subtask] }
+        };
+        let streams: Vec<Port> = job.inputs_of(stage).into_iter().filter(|&port| !job.is_table(port)).collect();
+        operators[stage] = (0..parallelism)
+            .map(|subtask| streams.iter().map(|&port| upstream(port, subtask)).min().unwrap_or(i64::MIN))
+            .collect();
+    }
+    let subtasks = operators.into_iter().enumerate().flat_map(|(stage, subtasks)| {
+        subtasks.into_iter().enumerate().map(move |(subtask, watermark)| ((stage as u32, subtask as u32), watermark))
+    });
+    subtasks.collect()
 }
 
 /// Checkpoint `n` from the state_dir, if it is the one Kafka committed: its source

@@ -59,6 +59,27 @@ impl Job {
         operators.chain(sinks.map(|(index, _)| Input::Sink(index))).collect()
     }
 
+    /// Every stage, each after every operator it reads.
+    pub fn upstream_first(&self) -> Vec<usize> {
+        fn visit(job: &Job, stage: usize, done: &mut [bool], order: &mut Vec<usize>) {
+            if std::mem::replace(&mut done[stage], true) {
+                return;
+            }
+            for port in job.inputs_of(stage) {
+                if let Port::Operator { stage: upstream, .. } = port {
+                    visit(job, upstream, done, order);
+                }
+            }
+            order.push(stage);
+        }
+        let mut done = vec![false; self.operators.len()];
+        let mut order = Vec::with_capacity(self.operators.len());
+        for stage in 0..self.operators.len() {
+            visit(self, stage, &mut done, &mut order);
+        }
+        order
+    }
+
     /// Whether the input `port` is a table.
     pub fn is_table(&self, port: Port) -> bool {
         matches!(port, Port::Source(index) if self.sources[index].table)

@@ -400,7 +400,7 @@ impl Sink {
                     shape: Some(shard.shape),
                     by: Some(shard.lowest),
                 }),
-                None => layout::offset_metadata(n),
+                None => layout::offset_metadata(n, state.max_timestamp),
             };
             list.find_partition(source_topic, partition).expect("partition just added").set_metadata(metadata);
         }
