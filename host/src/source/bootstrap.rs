@@ -13,21 +13,25 @@ use std::time::Instant;
 #[derive(Debug)]
 pub(crate) struct Bootstrap {
     pending: AtomicUsize,
+    created: Instant,
 }
 
 impl Bootstrap {
     /// A gate for `readers` operator subtasks that read tables (open at once for none).
     pub(crate) fn new(readers: usize) -> Bootstrap {
-        Bootstrap { pending: AtomicUsize::new(readers) }
+        Bootstrap { pending: AtomicUsize::new(readers), created: Instant::now() }
     }
 
     pub(crate) fn is_open(&self) -> bool {
         self.pending.load(Ordering::Acquire) == 0
     }
 
-    /// One reader has loaded every table it reads.
+    /// One reader has loaded every table it reads; the last one says so.
     pub(crate) fn arrive(&self) {
-        self.pending.fetch_sub(1, Ordering::AcqRel);
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let elapsed_ms = self.created.elapsed().as_millis() as u64;
+            tracing::info!(elapsed_ms, "every table is loaded; the stream sources start");
+        }
     }
 }
 

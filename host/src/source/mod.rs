@@ -37,6 +37,8 @@ const TICK: Duration = Duration::from_secs(1);
 const DRAINED_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long the broker may take to say where a partition ends when it is assigned.
 const LAG_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long it may take when asked again for a table's: the table must be read to there.
+const TABLE_END_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Orders from the coordinator, checked between batches.
 pub(crate) enum Control {
@@ -78,8 +80,9 @@ pub(crate) struct SourceTask {
 }
 
 impl SourceTask {
-    /// Assigns the task's partitions at their checkpointed offsets.
-    pub(crate) fn assign(&self) -> Result<(), TaskFailure> {
+    /// Assigns the task's partitions at their checkpointed offsets; returns where each
+    /// partition ends now, as far as the broker said so in time.
+    pub(crate) fn assign(&self) -> Result<BTreeMap<i32, i64>, TaskFailure> {
         let mut assignment = TopicPartitionList::new();
         for state in self.partitions.values() {
             assignment
@@ -90,32 +93,37 @@ impl SourceTask {
             .consumer()
             .assign(&assignment)
             .map_err(|e| self.kafka_failure("assigning partitions", e))?;
-        self.start_lag();
-        Ok(())
+        Ok(self.start_lag())
     }
 
     /// A lag series exists from the moment a partition is assigned, measured against
     /// the broker's high watermark; the once-a-second refresh keeps it from then on.
     /// A broker that does not answer in time leaves the series at its last value.
-    fn start_lag(&self) {
+    /// Returns the high watermarks it read.
+    fn start_lag(&self) -> BTreeMap<i32, i64> {
+        let mut ends = BTreeMap::new();
         for state in self.partitions.values() {
             let lag = self.metrics.consumer_lag(&self.topic, state.partition);
             match self.fetcher.consumer().fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
-                Ok((_, high)) => lag.set((high - state.next_offset).max(0)),
+                Ok((_, high)) => {
+                    lag.set((high - state.next_offset).max(0));
+                    ends.insert(state.partition, high);
+                }
                 Err(error) => tracing::debug!(topic = %self.topic, partition = state.partition, "lag unknown until the next refresh: {error}"),
             }
         }
+        ends
     }
 
     pub(crate) fn run(mut self) -> Result<(), TaskFailure> {
-        self.assign()?;
+        let ends = self.assign()?;
         if self.partitions.is_empty() {
             if self.table {
                 self.broadcast(Message::TableEnd)?;
             }
             return self.run_without_partitions();
         }
-        let mut table_read = self.table.then(|| TableRead::new(self.ends()));
+        let mut table_read = if self.table { Some(TableRead::new(self.table_ends(ends)?)) } else { None };
         let mut activity = Activity::new(self.idle_timeout, &self.partitions, Instant::now());
         let mut sent = Progress::Watermark(i64::MIN);
         let mut next_tick = Instant::now();
@@ -297,18 +305,23 @@ impl SourceTask {
         self.output.records(records)
     }
 
-    /// Where each partition ended when the task began: a table's bootstrap reads to there.
-    fn ends(&self) -> BTreeMap<i32, i64> {
-        let consumer = self.fetcher.consumer();
-        let end = |partition: i32| match consumer.fetch_watermarks(&self.topic, partition, LAG_TIMEOUT) {
-            Ok((_, high)) => high,
-            Err(error) => {
-                // Unknown: the table counts as read once it has read what it holds now.
-                tracing::warn!(topic = %self.topic, partition, "where the table ends is unknown, it is read as far as it is: {error}");
-                self.partitions[&partition].next_offset
+    /// Where each partition ended when the task began (`ends`, as `assign` read them): a
+    /// table's bootstrap reads to there. An end the broker did not say in time is asked
+    /// for again; unknown, it fails the attempt: a table taken as loaded before it is
+    /// would let stream records miss its entries.
+    fn table_ends(&self, mut ends: BTreeMap<i32, i64>) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+        for &partition in self.partitions.keys() {
+            if ends.contains_key(&partition) {
+                continue;
             }
-        };
-        self.partitions.keys().map(|&partition| (partition, end(partition))).collect()
+            let (_, high) = self
+                .fetcher
+                .consumer()
+                .fetch_watermarks(&self.topic, partition, TABLE_END_TIMEOUT)
+                .map_err(|e| self.kafka_failure(&format!("reading where partition {partition} of the table ends, of"), e))?;
+            ends.insert(partition, high);
+        }
+        Ok(ends)
     }
 
     /// Scaled out, each process keeps the state of the key groups its partitions carry:
