@@ -22,10 +22,22 @@
 //! id, e.g. `country`, so that an operator after it can count per country: a string is
 //! keyed by its text, another JSON value by its JSON, a click without the field by the
 //! empty key).
+//!
+//! A click and its profile already in the compact form serde_json writes (the common
+//! case) are merged as bytes (`merge`); any other goes through serde_json, maps and
+//! all. The output is the same bytes either way (`guest-sdk/tests/enrich_raw_merge.rs`).
+
+mod merge;
 
 use serde_json::{Map, Value};
 use weir_guest::join::Table;
+use weir_guest::json::{self, Member};
 use weir_guest::{Config, Emitter, Error, Input, Operator, Output, Record, Records};
+
+use merge::RawMerge;
+
+/// How many clicks' profiles are looked up at once (`Enrich::process`).
+const LOOKAHEAD: usize = 32;
 
 /// The operator: its configuration and counters.
 #[derive(Debug)]
@@ -42,6 +54,12 @@ pub struct Enrich {
     invalid_clicks: u64,
     /// Profile rows that were not JSON objects (and removed their user).
     invalid_rows: u64,
+    /// The merge on raw bytes, `None` if the config rules it out (`RawMerge::new`).
+    raw: Option<RawMerge>,
+    /// Clicks handed to serde_json (`Enrich::parsed_clicks`).
+    parsed_clicks: u64,
+    /// Scratch space to check a table row.
+    row_members: Vec<Member>,
 }
 
 impl Enrich {
@@ -55,10 +73,20 @@ impl Enrich {
         self.invalid_rows
     }
 
+    /// Clicks this instance parsed with serde_json, invalid ones included: the click or
+    /// its profile was not in the compact form serde_json writes
+    /// (`weir_guest::json::canonical_members`), or the config's `prefix` or
+    /// `matched_field` needs escapes in JSON. The others were merged as bytes, to the
+    /// same output.
+    pub fn parsed_clicks(&self) -> u64 {
+        self.parsed_clicks
+    }
+
     /// Applies one update of the `users` table.
     fn update(&mut self, users: &mut Table, row: &Record<'_>) {
-        let valid =
-            row.value.is_empty() || serde_json::from_slice::<Map<String, Value>>(row.value).is_ok();
+        let valid = row.value.is_empty()
+            || json::canonical_members(row.value, &mut self.row_members)
+            || serde_json::from_slice::<Map<String, Value>>(row.value).is_ok();
         if !valid {
             if self.invalid_rows == 0 {
                 weir_guest::warn!(
@@ -74,8 +102,43 @@ impl Enrich {
         users.update(row, <[u8]>::to_vec);
     }
 
-    /// Emits one click, enriched, unmatched, or to `invalid`.
-    fn click(&mut self, users: &Table, click: &Record<'_>, out: &mut Emitter) {
+    /// Emits one click, enriched with its profile `row`, unmatched, or to `invalid`.
+    fn click(&mut self, row: Option<&[u8]>, click: &Record<'_>, out: &mut Emitter) {
+        if !self.merged_click(row, click, out) {
+            self.parsed_clicks += 1;
+            self.parsed_click(row, click, out);
+        }
+    }
+
+    /// Emits one click merged as bytes with its profile `row`; false, having emitted
+    /// nothing, when the config, the click or the row rule that out.
+    fn merged_click(&mut self, row: Option<&[u8]>, click: &Record<'_>, out: &mut Emitter) -> bool {
+        let Some(raw) = &mut self.raw else {
+            return false;
+        };
+        if !raw.load(click.value, row) {
+            return false;
+        }
+        if row.is_none() && self.drop_unmatched {
+            return true;
+        }
+        let row = row.unwrap_or_default();
+        let key = self
+            .key_field
+            .as_ref()
+            .map(|name| raw.key_of(name, click.value, row));
+        let key = key.as_deref().or(click.key);
+        let mut emitted = out.emit_with(key, click.timestamp, |value| {
+            raw.write(click.value, row, value);
+        });
+        for header in click.headers {
+            emitted = emitted.header(&header.name, &header.value);
+        }
+        true
+    }
+
+    /// Emits one click as serde_json parses and writes it with its profile `row`.
+    fn parsed_click(&mut self, row: Option<&[u8]>, click: &Record<'_>, out: &mut Emitter) {
         let Ok(mut fields) = serde_json::from_slice::<Map<String, Value>>(click.value) else {
             match self.invalid {
                 Some(invalid) => out.forward_to(invalid, click),
@@ -93,9 +156,7 @@ impl Enrich {
             return;
         };
         // A row is a JSON object when it is stored; one restored from elsewhere may not be.
-        let profile = users
-            .lookup(click)
-            .and_then(|row| serde_json::from_slice::<Map<String, Value>>(row).ok());
+        let profile = row.and_then(|row| serde_json::from_slice::<Map<String, Value>>(row).ok());
         if profile.is_none() && self.drop_unmatched {
             return;
         }
@@ -129,7 +190,13 @@ impl Operator for Enrich {
     type State = Table;
 
     fn init(config: &Config) -> Result<(Self, Table), Error> {
-        config.deny_unknown(&["fields", "prefix", "matched_field", "unmatched", "key_field"])?;
+        config.deny_unknown(&[
+            "fields",
+            "prefix",
+            "matched_field",
+            "unmatched",
+            "key_field",
+        ])?;
         config.input("clicks")?;
         let users = config.input("users")?;
         config.deny_unknown_inputs(&["clicks", "users"])?;
@@ -173,16 +240,24 @@ impl Operator for Enrich {
                 config.outputs()
             )));
         }
+        let prefix = config.get("prefix").unwrap_or_default().to_owned();
         let enrich = Enrich {
             users,
             invalid,
+            raw: RawMerge::new(&prefix, &matched_field, fields.as_deref()),
             fields,
-            prefix: config.get("prefix").unwrap_or_default().to_owned(),
+            prefix,
             matched_field,
             drop_unmatched,
-            key_field: config.get("key_field").map(str::trim).filter(|name| !name.is_empty()).map(str::to_owned),
+            key_field: config
+                .get("key_field")
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned),
             invalid_clicks: 0,
             invalid_rows: 0,
+            parsed_clicks: 0,
+            row_members: Vec::new(),
         };
         Ok((enrich, Table::default()))
     }
@@ -193,15 +268,30 @@ impl Operator for Enrich {
         records: Records<'_>,
         out: &mut Emitter,
     ) -> Result<(), Error> {
-        let from_users = records.input() == self.users;
-        for record in records {
-            if from_users {
+        if records.input() == self.users {
+            for record in records {
                 self.update(users, &record);
-            } else {
-                self.click(users, &record, out);
+            }
+            return Ok(());
+        }
+        // The profiles of a run of clicks are looked up before any is merged: the
+        // lookups do not depend on each other, so their cache misses overlap, where
+        // one lookup between two merges would wait for memory alone.
+        let (mut lookups, mut clicks) = (records.iter(), records.iter());
+        loop {
+            let mut rows = [None; LOOKAHEAD];
+            let mut looked_up = 0;
+            for (row, click) in rows.iter_mut().zip(lookups.by_ref()) {
+                *row = users.lookup(&click).map(Vec::as_slice);
+                looked_up += 1;
+            }
+            if looked_up == 0 {
+                return Ok(());
+            }
+            for (&row, click) in rows[..looked_up].iter().zip(clicks.by_ref()) {
+                self.click(row, &click, out);
             }
         }
-        Ok(())
     }
 }
 
