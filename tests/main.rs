@@ -18,6 +18,7 @@ mod engine_broker_restart;
 mod engine_exactly_once;
 mod engine_failures;
 mod engine_graph;
+mod engine_joins;
 mod engine_scale_out;
 mod job_file;
 mod operator_c_go;
