@@ -10,56 +10,18 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::clicks::{self, Clicks};
+use support::graph::{Topic, kill_at_random_moments};
 use support::job::{self, JobDir};
 use support::{Isolation, Tail};
 
 const WINDOW_MS: i64 = 1000;
 
-/// A topic of the test and its partition count.
-struct Topic {
-    name: String,
-    partitions: i32,
-}
-
-impl Topic {
-    fn new(job: &JobDir, role: &str, partitions: i32) -> Topic {
-        Topic::with(job, role, partitions, &[])
-    }
-
-    fn with(job: &JobDir, role: &str, partitions: i32, configs: &[(&str, &str)]) -> Topic {
-        let topic = Topic { name: support::unique_name(&format!("{}-{role}", job.name)), partitions };
-        support::create_topic_with(&topic.name, partitions, configs);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !support::topic_exists(&topic.name) {
-            assert!(Instant::now() < deadline, "topic {} not listed 30 s after its creation", topic.name);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        topic
-    }
-}
 
 /// Clicks in paced chunks on `topic` while the job is killed, then its flush records.
 fn produce(topic: &Topic, seed: u64, chunks: usize) -> std::thread::JoinHandle<Vec<clicks::Input>> {
     clicks::produce_paced(&topic.name, seed, topic.partitions, chunks, false)
 }
 
-/// SIGKILLs fresh runs at random moments up to 2.5 s after spawn; before a random half
-/// of the restarts the state_dir is deleted.
-fn kill_at_random_moments(job: &JobDir, log: &Path, kills: usize, seed: u64) {
-    let mut state = seed;
-    for _ in 0..kills {
-        if support::next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
-            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-        }
-        let delay = Duration::from_millis(support::next_random(&mut state) % 2500);
-        let mut child = job::start(&job.path(), log, &[]);
-        let started = Instant::now();
-        if let Some(status) = job::wait(&mut child, delay) {
-            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), job::read_log(log));
-        }
-        job::kill(&mut child);
-    }
-}
 
 /// Reads `topic` until it holds as many records as `expected` counts (or the job
 /// exits), then compares the whole committed topic with it.
@@ -324,7 +286,7 @@ fn run_until_committed(job: &JobDir, log: &Path, topic: &Topic) {
 #[test]
 fn an_enrichment_then_a_count_per_country_is_exact_under_sigkill_lost_state_and_rescaling() {
     let job = job::job_dir("enrich-count");
-    let users = Topic::with(&job, "users", 2, &[("cleanup.policy", "compact")]);
+    let users = Topic::table(&job, "users", 2);
     let (clicks_topic, counts) = (Topic::new(&job, "clicks", 4), Topic::new(&job, "counts", 2));
     let write = |parallelism: u32| {
         job.write(

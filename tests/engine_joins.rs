@@ -12,6 +12,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use support::clicks::{self, FLUSH_MS, Input, START_MS};
+use support::graph::{Topic, kill_at_random_moments};
 use support::job::{self, JobDir};
 use support::{Isolation, Tail};
 
@@ -23,52 +24,7 @@ const COMPLETE_WITHIN: Duration = Duration::from_secs(120);
 /// How long a producer waits for the committed output to show what it waits for.
 const EVIDENCE_WITHIN: Duration = Duration::from_secs(120);
 
-/// A topic of the test and its partition count.
-#[derive(Clone)]
-struct Topic {
-    name: String,
-    partitions: i32,
-}
 
-impl Topic {
-    fn new(job: &JobDir, role: &str, partitions: i32) -> Topic {
-        Topic::with(job, role, partitions, &[])
-    }
-
-    /// A compacted topic, as a table source must be.
-    fn table(job: &JobDir, role: &str, partitions: i32) -> Topic {
-        Topic::with(job, role, partitions, &[("cleanup.policy", "compact")])
-    }
-
-    fn with(job: &JobDir, role: &str, partitions: i32, configs: &[(&str, &str)]) -> Topic {
-        let topic = Topic { name: support::unique_name(&format!("{}-{role}", job.name)), partitions };
-        support::create_topic_with(&topic.name, partitions, configs);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !support::topic_exists(&topic.name) {
-            assert!(Instant::now() < deadline, "topic {} not listed 30 s after its creation", topic.name);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        topic
-    }
-}
-
-/// SIGKILLs fresh runs at random moments up to 2.5 s after spawn; before a random half
-/// of the restarts the state_dir is deleted.
-fn kill_at_random_moments(job: &JobDir, log: &Path, kills: usize, seed: u64) {
-    let mut state = seed;
-    for _ in 0..kills {
-        if support::next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
-            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-        }
-        let delay = Duration::from_millis(support::next_random(&mut state) % 2500);
-        let mut child = job::start(&job.path(), log, &[]);
-        let started = Instant::now();
-        if let Some(status) = job::wait(&mut child, delay) {
-            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), job::read_log(log));
-        }
-        job::kill(&mut child);
-    }
-}
 
 /// What a start logs when it restores keyed state without the state_dir.
 const REBUILT: &str = "rebuilding keyed state from the whole changelog";

@@ -12,6 +12,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 pub mod broker;
 pub mod clicks;
+pub mod graph;
 pub mod job;
 
 pub const WAIT: Duration = Duration::from_secs(30);
