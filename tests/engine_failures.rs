@@ -807,3 +807,47 @@ fn a_changelog_recreated_empty_is_written_again_from_the_state_dir() {
     assert_eq!(job::count_in_log(&log, "lost the job's state"), 1, "{}", job::read_log(&log));
     finish_from_the_changelog_alone(&job, &log, so_far);
 }
+
+/// Every line of `stderr` parsed as one JSON object; panics naming a line that is not.
+fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
+    stderr
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}")))
+        .collect()
+}
+
+/// `--log-format json`: a running job's log parses line by line, each line an object
+/// with its time, level, target and fields (a committed checkpoint's number and
+/// duration among them); a job that cannot start says why in a JSON line too.
+#[test]
+fn json_logs_parse_line_by_line() {
+    let (job, input) = window_count_job("json-logs", 2_000);
+    let log = log_of(&job, "weir.log");
+    let stderr_log = std::fs::File::create(&log).expect("log file");
+    let mut child = job::weir()
+        .args(["--log-format", "json", "run"])
+        .arg(job.path())
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stderr(stderr_log)
+        .spawn()
+        .expect("starting weir");
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(120)), "{}", job::read_log(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+    let lines = json_lines(&job::read_log(&log));
+    for line in &lines {
+        for key in ["timestamp", "level", "target", "fields"] {
+            assert!(line.get(key).is_some(), "no `{key}` in {line}");
+        }
+    }
+    let committed = lines.iter().find(|line| line["fields"]["message"] == "checkpoint committed").expect("a committed checkpoint");
+    assert!(committed["fields"]["checkpoint"].is_u64() && committed["fields"]["duration_ms"].is_u64(), "{committed}");
+
+    let output = job::weir().args(["--log-format", "json", "run"]).arg(job.dir.path().join("missing.toml")).output().unwrap();
+    assert!(!output.status.success());
+    let lines = json_lines(&String::from_utf8_lossy(&output.stderr));
+    let last = lines.last().expect("an error line");
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert!(last["fields"]["error"].as_str().is_some_and(|e| e.contains("missing.toml")), "{last}");
+}

@@ -15,8 +15,19 @@ use clap::{Parser, Subcommand};
     about = "Exactly-once stream processing from Kafka through WebAssembly operators to Kafka"
 )]
 pub(crate) struct Cli {
+    /// How log lines are written to stderr: `text` for people, `json` (one object per
+    /// line: timestamp, level, target, the event's fields) for log shippers.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
