@@ -142,6 +142,29 @@ pub(crate) fn committed_shard(
     Ok(resume)
 }
 
+/// Runs `call` again while the group coordinator is still loading or moving (a broker
+/// that has just started answers so for a while; Kafka's protocol has such errors
+/// retried), for up to `timeout`.
+pub(crate) fn while_coordinator_loads<T>(
+    timeout: Duration,
+    mut call: impl FnMut() -> Result<T, rdkafka::error::KafkaError>,
+) -> Result<T, rdkafka::error::KafkaError> {
+    use rdkafka::types::RDKafkaErrorCode::{CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator};
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match call() {
+            Err(error)
+                if matches!(error.rdkafka_error_code(), Some(CoordinatorLoadInProgress | CoordinatorNotAvailable | NotCoordinator))
+                    && std::time::Instant::now() < deadline =>
+            {
+                tracing::debug!("the group coordinator is not ready ({error}); asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// `(partition, offset, metadata)` of each of `partitions` that has a committed offset,
 /// read stable.
 fn committed_offsets(
@@ -155,8 +178,7 @@ fn committed_offsets(
     for &partition in partitions {
         query.add_partition(topic, partition);
     }
-    let answer = consumer
-        .committed_offsets(query, timeout)
+    let answer = while_coordinator_loads(timeout, || consumer.committed_offsets(query.clone(), timeout))
         .map_err(|e| RecoveryError::Offsets { group: group.to_string(), detail: e.to_string() })?;
     let committed = answer.elements().into_iter().filter_map(|element| match element.offset() {
         Offset::Offset(offset) => Some((element.partition(), offset, element.metadata().to_string())),

@@ -54,8 +54,8 @@ pub(super) fn execute(
     let changelog_topic = changelog::topic(job);
     let inputs = recover::input_topics(job);
     // The stream sources wait until every subtask that reads a table has loaded it.
-    let table_readers = (0..stages).filter(|&stage| job.inputs_of(stage).into_iter().any(|port| job.is_table(port)));
-    let bootstrap = Arc::new(Bootstrap::new(table_readers.count() * parallelism));
+    let table_readers = (0..stages).filter(|&stage| job.reads_table(stage)).count();
+    let bootstrap = Arc::new(Bootstrap::new(table_readers * parallelism));
 
     let outcome = std::thread::scope(|scope| {
         // Owned by this closure, so an early return drops every channel end and no
@@ -234,7 +234,6 @@ fn spawn_operators<'scope>(
     let key_groups = operators.routing.key_groups;
     for (stage, subtasks) in operators.instances.into_iter().enumerate() {
         let spec = &job.operators[stage];
-        let reads_table = job.inputs_of(stage).into_iter().any(|port| job.is_table(port));
         for (subtask, (instance, watermark)) in subtasks.into_iter().enumerate() {
             let outputs = (0..spec.outputs.len())
                 .map(|output| Fanout::new(wiring.take_outputs(Port::Operator { stage, output }, subtask)))
@@ -245,7 +244,7 @@ fn spawn_operators<'scope>(
                 subtask: subtask as u32,
                 instance,
                 watermark,
-                bootstrap: reads_table.then(|| Arc::clone(operators.bootstrap)),
+                bootstrap: job.reads_table(stage).then(|| Arc::clone(operators.bootstrap)),
                 inputs: std::mem::take(&mut wiring.operator_inputs[stage][subtask]),
                 outputs,
                 key_groups,

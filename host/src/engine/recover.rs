@@ -76,8 +76,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let committed = resume.checkpoint.unwrap_or(0);
     fault::point(Step::DuringRecovery, committed);
 
-    let first_source_partitions = partitions.iter().filter(|&&id| inputs.resolve(id).0 == 0).count();
-    let key_groups = key_groups(job, first_source_partitions, snapshot.as_ref())?;
+    let key_groups = key_groups(job, first_source_partitions(&inputs, &partitions), snapshot.as_ref())?;
     let prepared = match job.keeps_state() {
         true => changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref())?,
         false => changelog::Prepared::Ready,
@@ -344,7 +343,7 @@ fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGro
 /// so a scaled-out process that joins later fences it. A group that cannot be described
 /// (a broker down) is an error too: better not to start than to run beside them.
 fn refuse_scaled_out_members(job: &Job, consumer: &BaseConsumer) -> Result<(), TaskFailure> {
-    let groups = consumer.fetch_group_list(Some(&job.name), CONNECT_TIMEOUT).map_err(|e| {
+    let groups = recovery::while_coordinator_loads(CONNECT_TIMEOUT, || consumer.fetch_group_list(Some(&job.name), CONNECT_TIMEOUT)).map_err(|e| {
         TaskFailure::Kafka(format!(
             "describing consumer group `{}`, to make sure no process with scale_out = true runs this job: {e}; \
              start again once every broker answers",
@@ -389,6 +388,12 @@ fn input_partitions(job: &Job, consumer: &BaseConsumer) -> Result<Vec<i32>, Task
         ids.extend(partitions.into_iter().map(|partition| input_id(index, partition)));
     }
     Ok(ids)
+}
+
+/// How many of `partitions` (input ids) are the first source's: the default key groups
+/// are a multiple of that.
+fn first_source_partitions(inputs: &InputTopics, partitions: &[i32]) -> usize {
+    partitions.iter().filter(|&&id| inputs.resolve(id).0 == 0).count()
 }
 
 /// The job's committed offsets over every source (one transaction commits them all, so
@@ -560,7 +565,7 @@ fn load_stateless(job: &Job, store: &CheckpointStore, n: u64, partitions: &[i32]
         loaded => return loaded,
     }
     tracing::info!(checkpoint = n, "the state_dir lacks checkpoint {n}; this job keeps no state, so it resumes from the committed offsets");
-    let count = u32::try_from(partitions.len()).unwrap_or(u32::MAX);
+    let count = u32::try_from(first_source_partitions(&input_topics(job), partitions)).unwrap_or(u32::MAX);
     let key_groups = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
     let max_timestamp = |id: &i32| resume.max_timestamps.get(id).copied().unwrap_or(i64::MIN);
     let states = resume
@@ -585,17 +590,14 @@ fn load_stateless(job: &Job, store: &CheckpointStore, n: u64, partitions: &[i32]
 /// then counts here; the watermark is then lower than it was, never higher.)
 fn derived_watermarks(job: &Job, partitions: &[i32], max_timestamp: impl Fn(&i32) -> i64) -> BTreeMap<(u32, u32), i64> {
     let parallelism = job.parallelism as usize;
-    let inputs = input_topics(job);
-    // `sources[s][i]`: source task i of source s, spread as `start_offsets` spreads partitions.
+    // `sources[s][i]`: source task i of source s.
     let mut sources = vec![vec![i64::MAX; parallelism]; job.sources.len()];
-    let mut spread = vec![0usize; job.sources.len()];
-    for id in partitions {
-        let (source, _, _) = inputs.resolve(*id);
+    for (id, task) in source_tasks(job, partitions) {
+        let source = task / parallelism;
         let out_of_orderness = i64::try_from(job.sources[source].max_out_of_orderness_ms).unwrap_or(i64::MAX);
-        let task = &mut sources[source][spread[source] % parallelism];
-        spread[source] += 1;
-        let time = max_timestamp(id);
-        *task = (*task).min(if time == i64::MIN { i64::MIN } else { time.saturating_sub(out_of_orderness) });
+        let reached = &mut sources[source][task % parallelism];
+        let time = max_timestamp(&id);
+        *reached = (*reached).min(if time == i64::MIN { i64::MIN } else { time.saturating_sub(out_of_orderness) });
     }
     let mut operators: Vec<Vec<i64>> = vec![Vec::new(); job.operators.len()];
     for stage in job.upstream_first() {
@@ -679,8 +681,7 @@ fn start_offsets(
     let mut tasks: Vec<SourceStart> = (0..job.sources.len() * parallelism)
         .map(|index| SourceStart { source: index / parallelism, partitions: BTreeMap::new() })
         .collect();
-    let mut spread = vec![0usize; job.sources.len()];
-    for &id in partitions {
+    for (id, task) in source_tasks(job, partitions) {
         let (source, topic, partition) = inputs.resolve(id);
         let spec = &job.sources[source];
         let next_offset = match committed.get(&id) {
@@ -697,11 +698,28 @@ fn start_offsets(
             }
         };
         let max_timestamp = max_timestamp(id).unwrap_or(i64::MIN);
-        let task = source * parallelism + spread[source] % parallelism;
-        spread[source] += 1;
         tasks[task].partitions.insert(partition, PartitionState { partition, next_offset, max_timestamp });
     }
     Ok(tasks)
+}
+
+/// The source task that reads each of `partitions` (input ids, each source's in order):
+/// source `s` has tasks `s × parallelism ..`, and its k-th partition goes to its task
+/// `k mod parallelism`. The one rule for where an attempt reads a partition, and so for
+/// the watermark a restart derives for each task.
+fn source_tasks(job: &Job, partitions: &[i32]) -> Vec<(i32, usize)> {
+    let parallelism = job.parallelism as usize;
+    let inputs = input_topics(job);
+    let mut spread = vec![0usize; job.sources.len()];
+    partitions
+        .iter()
+        .map(|&id| {
+            let (source, _, _) = inputs.resolve(id);
+            let task = source * parallelism + spread[source] % parallelism;
+            spread[source] += 1;
+            (id, task)
+        })
+        .collect()
 }
 
 /// What operator instances are restored from.

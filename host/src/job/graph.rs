@@ -80,6 +80,11 @@ impl Job {
         order
     }
 
+    /// Whether the operator at `stage` reads a table.
+    pub fn reads_table(&self, stage: usize) -> bool {
+        self.inputs_of(stage).into_iter().any(|port| self.is_table(port))
+    }
+
     /// Whether the input `port` is a table.
     pub fn is_table(&self, port: Port) -> bool {
         matches!(port, Port::Source(index) if self.sources[index].table)
