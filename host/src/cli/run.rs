@@ -31,6 +31,17 @@ const DEFAULT_METRICS_ADDR: SocketAddr =
 
 pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     let job = weir::job::load(&args.job)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let control = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("weir-control")
+        .enable_all()
+        .build()
+        .context("cannot start the control runtime")?;
+    // Before anything slow (plugins compile, recovery reads Kafka): a stop asked for
+    // meanwhile is honoured at the first checkpoint, not by the signal's default action.
+    let signals = control.block_on(async { StopSignals::listen() });
+    control.spawn(stop_on_signal(signals, Arc::clone(&stop)));
     let runtime =
         Runtime::new(RuntimeConfig::default()).context("cannot start the WebAssembly runtime")?;
     let plugins = job
@@ -48,13 +59,6 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     let state_dir = StateDir::claim(&job.state_dir, &job.name, job.scale_out)?;
 
     let metrics = Metrics::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let control = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("weir-control")
-        .enable_all()
-        .build()
-        .context("cannot start the control runtime")?;
     let server = match args.metrics_addr {
         Some(addr) => Some(control.block_on(MetricsServer::bind(addr, metrics.clone()))?),
         None => control.block_on(MetricsServer::bind_default(DEFAULT_METRICS_ADDR, metrics.clone())),
@@ -67,7 +71,6 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         });
     }
-    control.spawn(stop_on_signal(Arc::clone(&stop)));
 
     let engine = Engine::new(job, plugins, state_dir, Options { stop, metrics });
     engine.run()?;
@@ -75,17 +78,31 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SIGTERM and SIGINT, listened for.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Replaces both signals' default action; `None` if they cannot be listened for.
+    /// Needs a runtime's context.
+    fn listen() -> Option<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(int)) => Some(StopSignals { term, int }),
+            _ => {
+                tracing::error!("cannot listen for SIGTERM/SIGINT; stop the job with SIGKILL if needed");
+                None
+            }
+        }
+    }
+}
+
 /// The first SIGTERM or SIGINT asks for a final checkpoint; a second one exits at once
 /// (safe: recovery rolls back to the last committed checkpoint).
-async fn stop_on_signal(stop: Arc<AtomicBool>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for SIGTERM/SIGINT; stop the job with SIGKILL if needed");
-        return;
-    };
+async fn stop_on_signal(signals: Option<StopSignals>, stop: Arc<AtomicBool>) {
+    let Some(StopSignals { mut term, mut int }) = signals else { return };
     for round in 0.. {
         tokio::select! {
             _ = term.recv() => {}
