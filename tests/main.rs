@@ -13,6 +13,7 @@ mod support;
 
 mod binaries;
 mod broker_contract;
+mod changelog_format;
 mod checkpoint_format;
 mod engine_broker_restart;
 mod engine_exactly_once;
@@ -20,6 +21,7 @@ mod engine_failures;
 mod engine_graph;
 mod engine_joins;
 mod engine_scale_out;
+mod engine_segments;
 mod job_file;
 mod operator_c_go;
 mod operator_cli;

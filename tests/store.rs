@@ -651,11 +651,11 @@ fn folds_write_committed_changes_with_the_changelog_positions_they_reflect() {
         (1, (1, b"a", Some(b"x"))),
     ];
     store
-        .fold(1, first, &BTreeMap::from([(1, 10), (2, 4)]))
+        .fold(1, first, [], &BTreeMap::from([(1, 10), (2, 4)]))
         .unwrap();
     let second: [(u32, Change); 2] = [(0, (1, b"a", None)), (0, (3, b"c", Some(b"3")))];
     store
-        .fold(2, second, &BTreeMap::from([(1, 12), (2, 4), (3, 1)]))
+        .fold(2, second, [], &BTreeMap::from([(1, 12), (2, 4), (3, 1)]))
         .unwrap();
     drop(store);
 
@@ -707,7 +707,7 @@ fn a_reseed_stays_marked_until_it_ends_and_keeps_the_state() {
     let dir = temp_dir();
     let store = open(dir.path());
     let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
-    store.fold(4, state, &BTreeMap::from([(1, 30)])).unwrap();
+    store.fold(4, state, [], &BTreeMap::from([(1, 30)])).unwrap();
     assert!(!store.reseeding().unwrap());
 
     // The changelog was recreated: it ends at 0 everywhere now.
@@ -721,7 +721,7 @@ fn a_reseed_stays_marked_until_it_ends_and_keeps_the_state() {
 
     // Only the reseed's last commit ends it (a fold of an at-least-once run in between
     // must not), or a fresh start.
-    store.fold(5, [], &BTreeMap::from([(0, 3), (1, 1)])).unwrap();
+    store.fold(5, [], [], &BTreeMap::from([(0, 3), (1, 1)])).unwrap();
     assert!(store.reseeding().unwrap());
     store.end_reseed().unwrap();
     assert!(!store.reseeding().unwrap());

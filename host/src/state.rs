@@ -4,8 +4,11 @@
 //! The limits `wit/operator.wit` sets a plugin are checked here, once for a job and
 //! `weir check` alike: a chunk as it crosses (`from_parts`), a round in `round`.
 
+mod ledger;
+pub mod packed;
 mod round;
 
+pub use ledger::GroupLog;
 pub(crate) use round::{Round, shown_key};
 
 /// The data bytes of a chunk either way across the boundary: what the host asks of
@@ -197,6 +200,15 @@ impl StateChunk {
     }
 }
 
+/// A key's first eight bytes as a big-endian integer, zero-padded: ordered as the bytes
+/// are, except that a short key ties with its zero-padded longer ones.
+fn prefix(key: &[u8]) -> u64 {
+    let mut head = [0; 8];
+    let len = key.len().min(8);
+    head[..len].copy_from_slice(&key[..len]);
+    u64::from_be_bytes(head)
+}
+
 /// Cuts checkpointed entries into the chunks `restore` is handed, the same way for a job
 /// (`checkpoint::store` reads them) and `weir check`: in the order given, at most
 /// `max_bytes` of data per chunk, an entry bigger than that alone.
@@ -244,6 +256,12 @@ pub struct StateChanges {
     groups: Vec<u32>,
     /// Entry indices by group and key, once `sort` has run.
     order: Vec<u32>,
+    /// Once written to the changelog: what it then holds of each group written.
+    pub(crate) logs: Vec<(u32, GroupLog)>,
+    /// Once written: the changelog records and their bytes (keys and values).
+    pub(crate) written: (u64, u64),
+    /// Once written: the groups written as a new base.
+    pub(crate) bases: u32,
 }
 
 impl StateChanges {
@@ -262,11 +280,13 @@ impl StateChanges {
     /// pushed twice stay in the order pushed. Returns a key that comes twice, if one does.
     pub(crate) fn sort(&mut self) -> Option<&[u8]> {
         let keys: Vec<&[u8]> = self.chunk.iter().map(|(key, _)| key).collect();
-        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
-        order.sort_by(|&a, &b| {
-            let (a, b) = (a as usize, b as usize);
-            (self.groups[a], keys[a]).cmp(&(self.groups[b], keys[b]))
+        // Most comparisons end in the group and the key's first eight bytes, compared as
+        // one integer; only keys alike that far are compared whole, then by position.
+        let mut sorted: Vec<(u32, u64, u32)> = keys.iter().enumerate().map(|(i, key)| (self.groups[i], prefix(key), i as u32)).collect();
+        sorted.sort_unstable_by(|a, b| {
+            (a.0, a.1).cmp(&(b.0, b.1)).then_with(|| keys[a.2 as usize].cmp(keys[b.2 as usize])).then(a.2.cmp(&b.2))
         });
+        let order: Vec<u32> = sorted.into_iter().map(|(.., index)| index).collect();
         let twice = order.windows(2).find(|pair| keys[pair[0] as usize] == keys[pair[1] as usize]).map(|pair| pair[0]);
         self.order = order;
         twice.map(|index| keys[index as usize])
@@ -325,6 +345,13 @@ mod tests {
         assert_eq!(sorted, [(1, &b"b"[..], Some(&b"2"[..])), (1, &b"c"[..], None), (2, &b"a"[..], Some(&b"1"[..]))]);
         changes.push(1, b"b", None);
         assert_eq!(changes.sort(), Some(&b"b"[..]));
+        let mut alike = StateChanges::new(0);
+        for key in [&b"user-0000\x02"[..], b"user-000", b"user-0000\x00", b"user-0000", b"user-0000\x01"] {
+            alike.push(0, key, None);
+        }
+        assert_eq!(alike.sort(), None);
+        let keys: Vec<_> = alike.entries().map(|(_, key, _)| key).collect();
+        assert_eq!(keys, [&b"user-000"[..], b"user-0000", b"user-0000\x00", b"user-0000\x01", b"user-0000\x02"], "as the bytes sort");
         let b: Vec<_> = changes.entries().filter(|(_, key, _)| key == b"b").map(|(.., value)| value).collect();
         assert_eq!(b, [Some(&b"2"[..]), None], "in the order pushed");
     }

@@ -334,3 +334,37 @@ pub fn next_random(state: &mut u64) -> u64 {
     *state ^= *state << 17;
     *state
 }
+
+/// The committed offsets of `group` on `topic`, with their metadata, for the partitions
+/// that have one.
+pub fn committed_with_metadata(group: &str, topic: &str, partitions: i32) -> Vec<(i32, i64, String)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for partition in 0..partitions {
+        list.add_partition(topic, partition);
+    }
+    let committed = consumer.committed_offsets(list, WAIT).expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(offset) => Some((e.partition(), offset, e.metadata().to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The committed offsets of `group` on `topic`, for the partitions that have one.
+pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> std::collections::BTreeMap<i32, i64> {
+    committed_with_metadata(group, topic, partitions).into_iter().map(|(partition, offset, _)| (partition, offset)).collect()
+}
+
+/// Where `partition` of `topic` ends now.
+pub fn end_offset(topic: &str, partition: i32) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("consumer");
+    consumer.fetch_watermarks(topic, partition, WAIT).expect("watermarks").1
+}

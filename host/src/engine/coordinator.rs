@@ -210,6 +210,8 @@ impl Coordinator<'_> {
 
         let (changed, changed_bytes) =
             changes.iter().map(StateChanges::size).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
+        let (records, record_bytes) = changes.iter().map(|c| c.written).fold((0, 0), |(r, b), (dr, db)| (r + dr, b + db));
+        let bases: u32 = changes.iter().map(|c| c.bases).sum();
         let fold = Fold { n, changes, positions: self.positions.clone() };
         self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
         self.fold_in_flight = self.folded.is_some().then_some(n);
@@ -221,6 +223,9 @@ impl Coordinator<'_> {
             duration_ms = duration.as_millis() as u64,
             bytes = size + changed_bytes,
             state_changes = changed,
+            changelog_records = records,
+            changelog_bytes = record_bytes,
+            bases,
             partitions = offsets.len(),
             gathered_ms = gathered.as_millis() as u64,
             commit_ms = commit_time.as_millis() as u64,

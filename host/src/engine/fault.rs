@@ -5,7 +5,7 @@
 //! (the test suite's build); in the binary users run, `point` is empty.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Step {
+pub(crate) enum Step {
     /// Barrier N injected into the sources, nothing of N durable yet.
     AfterBarrier,
     /// Every snapshot of N durable in the store, N not committed in Kafka.
@@ -20,6 +20,9 @@ pub(super) enum Step {
     /// Rewriting the changelog from the state_dir's checkpoint N: every record sent, the
     /// last transaction not committed.
     DuringReseed,
+    /// An operator subtask writing a base in checkpoint N or the first after it that
+    /// writes one: the records it replaces removed and its chunks sent, its end not.
+    InBase,
 }
 
 #[cfg(feature = "fault-injection")]
@@ -32,6 +35,7 @@ impl Step {
             "during-recovery" => Some(Step::DuringRecovery),
             "panic-in-operator" => Some(Step::PanicInOperator),
             "during-reseed" => Some(Step::DuringReseed),
+            "in-base" => Some(Step::InBase),
             _ => None,
         }
     }
@@ -47,7 +51,7 @@ fn armed() -> Option<(Step, u64)> {
         if parsed.is_none() {
             tracing::warn!(
                 "ignoring WEIR_FAULT={spec}: expected \
-                 <after-barrier|after-seal|after-commit|during-recovery|panic-in-operator|during-reseed>:<checkpoint>"
+                 <after-barrier|after-seal|after-commit|during-recovery|panic-in-operator|during-reseed|in-base>:<checkpoint>"
             );
         }
         parsed
@@ -57,14 +61,19 @@ fn armed() -> Option<(Step, u64)> {
 /// Does nothing: this build has no fault injection.
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
-pub(super) fn point(_step: Step, _n: u64) {}
+pub(crate) fn point(_step: Step, _n: u64) {}
 
 /// Kills the process here (or panics, for `PanicInOperator`) if the switch names this
 /// step and checkpoint.
 #[cfg(feature = "fault-injection")]
-pub(super) fn point(step: Step, n: u64) {
+pub(crate) fn point(step: Step, n: u64) {
     let Some((armed_step, at)) = armed() else { return };
-    if armed_step != step || n != at {
+    let reached = match step {
+        // Which checkpoint writes a base depends on the input: the first from `at` on.
+        Step::InBase => n >= at,
+        _ => n == at,
+    };
+    if armed_step != step || !reached {
         return;
     }
     if step == Step::PanicInOperator {

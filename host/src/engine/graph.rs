@@ -4,13 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
 use crate::changelog;
+use crate::changelog::writer::{ChangelogWriter, StateOut};
 use crate::checkpoint::layout;
 use crate::checkpoint::store::CheckpointStore;
 use crate::dataflow::{Event, Fanout, InputTopics, KeyGroups, Message, Reader, Shard, TaskFailure};
@@ -21,7 +22,8 @@ use crate::source::{self, Bootstrap, Control, SourceTask};
 
 use super::{Engine, Records};
 use super::coordinator::{Coordinator, Fold, Outcome};
-use super::operator_task::{InputChannel, OperatorTask, StateOut};
+use super::fault::{self, Step};
+use super::operator_task::{InputChannel, OperatorTask};
 use super::recover::{self, Recovered, SourceStart};
 use super::watchdog::Watchdog;
 
@@ -56,6 +58,8 @@ pub(super) fn execute(
     // The stream sources wait until every subtask that reads a table has loaded it.
     let table_readers = (0..stages).filter(|&stage| job.reads_table(stage)).count();
     let bootstrap = Arc::new(Bootstrap::new(table_readers * parallelism));
+    // The store holds the state of every checkpoint before the attempt's first.
+    let folded = AtomicU64::new(next.saturating_sub(1));
 
     let outcome = std::thread::scope(|scope| {
         // Owned by this closure, so an early return drops every channel end and no
@@ -65,7 +69,14 @@ pub(super) fn execute(
         let routing = Routing { key_groups, shard: shard.as_ref() };
         let starts = Sources { starts: sources, routing, bootstrap: &bootstrap };
         let control = spawn_sources(engine, scope, starts, &mut wiring, &events_tx, &mut handles)?;
-        let state_out = StateOut { sink: &sink, changelog_topic: &changelog_topic };
+        let state_out = StateOut {
+            sink: &sink,
+            changelog_topic: &changelog_topic,
+            store,
+            folded: &folded,
+            packed: job.producer.delivery == job::Delivery::ExactlyOnce,
+            in_base: |n| fault::point(Step::InBase, n),
+        };
         let operators = Operators { instances: operators, routing, records, state_out, inputs: &inputs, bootstrap: &bootstrap };
         spawn_operators(engine, scope, operators, &mut wiring, &events_tx, &mut handles);
         let sink_task = SinkTask {
@@ -88,7 +99,8 @@ pub(super) fn execute(
             job::Delivery::ExactlyOnce => (None, None),
         };
         let what = "the state folder".to_string();
-        handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx, folded_tx.as_ref())));
+        let folded = &folded;
+        handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx, folded_tx.as_ref(), folded)));
         drop(events_tx);
 
         let mut coordinator = Coordinator {
@@ -253,7 +265,7 @@ fn spawn_operators<'scope>(
                 events: events.clone(),
                 suspects: Arc::clone(&suspects),
                 poisoned: Arc::clone(&poisoned),
-                state_out: operators.state_out,
+                changelog: ChangelogWriter::new(operators.state_out, stage as u32, key_groups.range(subtask as u32, job.parallelism)),
                 dead_letters: job.producer.dead_letter_topic.is_some(),
                 source_topics: operators.inputs.clone(),
                 metrics: engine.options.metrics.operator(&spec.name, subtask as u32),
@@ -274,11 +286,13 @@ fn spawn_operators<'scope>(
 /// is older, off the coordinator's path: epoch N+1 runs meanwhile, and a crash before a
 /// fold leaves its changes for recovery to replay from the changelog. Says when each
 /// fold is done to `folded`, if given (at-least-once: checkpoint N+1 begins only then).
-fn fold(store: &CheckpointStore, committed: &Receiver<Fold>, folded: Option<&Sender<u64>>) -> Result<(), TaskFailure> {
+fn fold(store: &CheckpointStore, committed: &Receiver<Fold>, folded: Option<&Sender<u64>>, through: &AtomicU64) -> Result<(), TaskFailure> {
     for Fold { n, changes, positions } in committed {
         let started = Instant::now();
         let entries = changes.iter().flat_map(|c| c.entries().map(move |entry| (c.stage, entry)));
-        store.fold(n, entries, &positions)?;
+        let logs = changes.iter().flat_map(|c| c.logs.iter().map(move |&(group, log)| (c.stage, group, log)));
+        store.fold(n, entries, logs, &positions)?;
+        through.store(n, Ordering::Release);
         store.prune_before(n)?;
         tracing::debug!(checkpoint = n, duration_ms = started.elapsed().as_millis() as u64, "folded state changes");
         if let Some(folded) = folded {

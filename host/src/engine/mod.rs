@@ -4,7 +4,7 @@
 //! (`graph.rs`) and lets the coordinator drive checkpoints (`coordinator.rs`).
 
 mod coordinator;
-mod fault;
+pub(crate) mod fault;
 mod graph;
 mod group;
 mod operator_task;

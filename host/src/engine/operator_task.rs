@@ -10,25 +10,15 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
-use crate::changelog;
+use crate::changelog::writer::ChangelogWriter;
 use crate::checkpoint::layout::{self, TaskId};
 use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure, kafka_partition};
 use crate::metrics::{Counter, OperatorMetrics};
 use crate::operator::{Emitted, OperatorError, OperatorInstance};
-use crate::sink::Sink;
 use crate::source::Bootstrap;
 use crate::state::{self, StateChanges};
 
 use super::fault::{self, Step};
-
-/// Where a subtask's state changes go at a checkpoint: the changelog, in the
-/// checkpoint's transaction. Each subtask writes its own, so the subtasks of a big
-/// checkpoint write in parallel; the store takes them once the checkpoint is committed.
-#[derive(Clone, Copy)]
-pub(super) struct StateOut<'a> {
-    pub(super) sink: &'a Sink,
-    pub(super) changelog_topic: &'a str,
-}
 
 pub(super) struct OperatorTask<'a> {
     /// The operator's name in the job and its position in the chain.
@@ -63,7 +53,10 @@ pub(super) struct OperatorTask<'a> {
     pub(super) source_topics: InputTopics,
     pub(super) metrics: OperatorMetrics,
     pub(super) dead_letter_count: Counter,
-    pub(super) state_out: StateOut<'a>,
+    /// Where its state changes go at a checkpoint: the changelog, in the checkpoint's
+    /// transaction. Each subtask writes its own, so the subtasks of a big checkpoint
+    /// write in parallel; the store takes them once the checkpoint is committed.
+    pub(super) changelog: ChangelogWriter<'a>,
 }
 
 /// One channel into an operator subtask.
@@ -215,8 +208,8 @@ impl OperatorTask<'_> {
 
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         fault::point(Step::PanicInOperator, n);
-        let changes = self.changes().map_err(TaskFailure::operator)?;
-        self.write_changes(&changes)?;
+        let mut changes = self.changes().map_err(TaskFailure::operator)?;
+        self.changelog.write(n, &mut changes)?;
         let bytes = layout::encode_operator(self.watermark);
         let task = TaskId::Operator { stage: self.stage, subtask: self.subtask };
         self.events
@@ -251,16 +244,6 @@ impl OperatorTask<'_> {
             }
             Ok(group)
         })
-    }
-
-    /// Writes a checkpoint's changes to the changelog: one record per key, partition =
-    /// its key group.
-    fn write_changes(&self, changes: &StateChanges) -> Result<(), TaskFailure> {
-        let mut writer = changelog::StateWriter::new(self.state_out.sink, self.state_out.changelog_topic, self.stage);
-        for (group, key, state) in changes.entries() {
-            writer.send(group, key, state)?;
-        }
-        Ok(())
     }
 
     /// Sends what one call emitted to the readers of each output.

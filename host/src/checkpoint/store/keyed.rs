@@ -8,6 +8,7 @@
 //! 0x02 len(job):u8 job  stage:u32be group:u32be key  -> framed value   (the base)
 //! 0x04 len(job):u8 job                               -> framed marker  (what the base reflects)
 //! 0x05 len(job):u8 job                               -> framed empty   (the changelog is being reseeded)
+//! 0x06 len(job):u8 job  stage:u32be group:u32be      -> framed GroupLog (what the changelog holds of it)
 //! ```
 //!
 //! The marker: n:u64le ‖ written_ms:i64le ‖ count:u32le ‖ count × (partition:i32le ‖
@@ -24,7 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rocksdb::{WriteBatch, WriteOptions};
 
 use super::{Checkpoint, CheckpointStore, StoreError, frame_into, unframe};
-use crate::state::{RestoreChunks, StateChunk};
+use crate::state::{GroupLog, RestoreChunks, StateChunk};
 
 const STATE: u8 = 0x02;
 /// Per-checkpoint changes, as weir wrote them up to commit 36c9be7: deleted on recovery.
@@ -32,6 +33,8 @@ const LEGACY_DELTA: u8 = 0x03;
 const BASE: u8 = 0x04;
 /// Present while the changelog is being written afresh from the base.
 const RESEED: u8 = 0x05;
+/// Per stage and key group, what the changelog holds of it (`state::GroupLog`).
+const LEDGER: u8 = 0x06;
 /// Bytes of `stage` and `group` in a state key.
 const STATE_HEAD: usize = 4 + 4;
 /// Bytes of one changelog position in the marker.
@@ -81,12 +84,16 @@ impl CheckpointStore {
         &self,
         n: u64,
         changes: impl IntoIterator<Item = (u32, Change<'a>)>,
+        logs: impl IntoIterator<Item = (u32, u32, GroupLog)>,
         positions: &BTreeMap<i32, i64>,
     ) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
         let mut buffers = Buffers::default();
         for (stage, (group, key, value)) in changes {
             self.put_state_into(&mut batch, &mut buffers, stage, group, key, value);
+        }
+        for (stage, group, log) in logs {
+            self.put_log_into(&mut batch, &mut buffers, stage, group, &log);
         }
         self.put_base_into(&mut batch, n, positions);
         self.db
@@ -100,6 +107,7 @@ impl CheckpointStore {
         self.discard_after(0)?;
         let mut batch = WriteBatch::default();
         batch.delete_range(self.space_key(STATE), self.space_end(STATE));
+        batch.delete_range(self.space_key(LEDGER), self.space_end(LEDGER));
         batch.delete(self.space_key(BASE));
         batch.delete(self.space_key(RESEED));
         self.write_synced(batch, || "clearing the keyed state".into())
@@ -114,6 +122,7 @@ impl CheckpointStore {
         for group in groups {
             for stage in 0..stages {
                 batch.delete_range(self.state_key(stage, group, b""), self.state_key(stage, group + 1, b""));
+                batch.delete(self.ledger_key(stage, group));
             }
         }
         self.put_base_into(&mut batch, 0, positions);
@@ -185,6 +194,94 @@ impl CheckpointStore {
         Ok(entries)
     }
 
+    /// Calls `f` with each key and value of `stage`'s `group`, in key order, as they are
+    /// at this call (a snapshot: a fold meanwhile is not seen).
+    pub fn scan_group<E: From<StoreError>>(&self, stage: u32, group: u32, mut f: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
+        let start = self.state_key(stage, group, b"");
+        let end = self.state_key(stage, group + 1, b"");
+        let snapshot = self.db.snapshot();
+        let mut iter = snapshot.raw_iterator();
+        iter.seek(&start);
+        while let Some((key, value)) = iter.item() {
+            if key >= &end[..] {
+                break;
+            }
+            let value = unframe(key, value).map_err(|detail| self.state_corrupt(0, detail))?;
+            f(&key[start.len()..], value)?;
+            iter.next();
+        }
+        iter.status().map_err(|source| self.rocks(format!("reading key group {group} of stage {stage}"), source))?;
+        Ok(())
+    }
+
+    /// What the changelog holds of each of `stage`'s `groups` that it holds anything of.
+    pub fn group_logs(&self, stage: u32, groups: Range<u32>) -> Result<BTreeMap<u32, GroupLog>, StoreError> {
+        let (start, end) = (self.ledger_key(stage, groups.start), self.ledger_key(stage, groups.end));
+        let mut iter = self.db.raw_iterator();
+        iter.seek(&start);
+        let mut logs = BTreeMap::new();
+        while let Some((key, value)) = iter.item() {
+            if key >= &end[..] {
+                break;
+            }
+            let corrupt = |detail: String| self.state_corrupt(0, detail);
+            let payload = unframe(key, value).map_err(corrupt)?;
+            let log = GroupLog::decode(payload).ok_or_else(|| corrupt(format!("a changelog ledger entry of {} bytes", payload.len())))?;
+            let group = key[key.len() - 4..].try_into().map(u32::from_be_bytes).expect("4 bytes");
+            logs.insert(group, log);
+            iter.next();
+        }
+        iter.status().map_err(|source| self.rocks(format!("reading the changelog ledger of stage {stage}"), source))?;
+        Ok(logs)
+    }
+
+    /// Writes what a replay learned of the changelog: each `(stage, group, log)`.
+    pub fn put_logs(&self, logs: impl IntoIterator<Item = (u32, u32, GroupLog)>) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        let mut buffers = Buffers::default();
+        for (stage, group, log) in logs {
+            self.put_log_into(&mut batch, &mut buffers, stage, group, &log);
+        }
+        self.db.write_opt(batch, &WriteOptions::default()).map_err(|source| self.rocks("writing the changelog ledger".into(), source))
+    }
+
+    /// A replay read a complete base of `stage`'s `group` (`entries`, in key order): its
+    /// state is that, whatever it was before. One atomic write; the keys it drops are
+    /// deleted one by one (a range deletion per base would slow every later read).
+    pub fn replace_group(&self, stage: u32, group: u32, entries: &[(&[u8], &[u8])]) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        let mut buffers = Buffers::default();
+        let mut kept = entries.iter().map(|(key, _)| *key).peekable();
+        self.scan_group(stage, group, |key, _| -> Result<(), StoreError> {
+            while kept.next_if(|kept| *kept < key).is_some() {}
+            if kept.peek() != Some(&key) {
+                self.put_state_into(&mut batch, &mut buffers, stage, group, key, None);
+            }
+            Ok(())
+        })?;
+        for (key, value) in entries {
+            self.put_state_into(&mut batch, &mut buffers, stage, group, key, Some(value));
+        }
+        self.db
+            .write_opt(batch, &WriteOptions::default())
+            .map_err(|source| self.rocks(format!("writing a base of key group {group} of stage {stage} read from the changelog"), source))
+    }
+
+    /// After a reseed wrote one record per key: every group of `stages` holds such
+    /// records and no base. Synced.
+    pub fn mark_legacy(&self, stages: u32, groups: u32) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range(self.space_key(LEDGER), self.space_end(LEDGER));
+        let mut buffers = Buffers::default();
+        let legacy = GroupLog { legacy: true, ..GroupLog::default() };
+        for stage in 0..stages {
+            for group in 0..groups {
+                self.put_log_into(&mut batch, &mut buffers, stage, group, &legacy);
+            }
+        }
+        self.write_synced(batch, || "recording the changelog's records of one key each".into())
+    }
+
     /// Writes replayed state: each `(stage, group, key, state)`, `None` deleting the key.
     pub fn put_state<'a>(&self, entries: impl IntoIterator<Item = (u32, u32, &'a [u8], Option<&'a [u8]>)>) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
@@ -234,6 +331,20 @@ impl CheckpointStore {
             }
             None => batch.delete(state_key.as_slice()),
         }
+    }
+
+    fn put_log_into(&self, batch: &mut WriteBatch, buffers: &mut Buffers, stage: u32, group: u32, log: &GroupLog) {
+        let Buffers { key, value } = buffers;
+        *key = self.ledger_key(stage, group);
+        frame_into(key, &log.encode(), value);
+        batch.put(key.as_slice(), value.as_slice());
+    }
+
+    fn ledger_key(&self, stage: u32, group: u32) -> Vec<u8> {
+        let mut key = self.space_key(LEDGER);
+        key.extend_from_slice(&stage.to_be_bytes());
+        key.extend_from_slice(&group.to_be_bytes());
+        key
     }
 
     fn put_base_into(&self, batch: &mut WriteBatch, n: u64, positions: &BTreeMap<i32, i64>) {

@@ -17,23 +17,25 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::checkpoint::layout::{self, ChangelogRecord};
-use crate::checkpoint::store::{Checkpoint, CheckpointStore, StateBase};
+use crate::checkpoint::layout;
+use crate::checkpoint::store::{CheckpointStore, StateBase};
 use crate::dataflow::{KeyGroups, Shard, TaskFailure};
 use crate::job::{Delivery, Job};
 use crate::sink::{Sink, SinkError};
 use crate::source;
-use crate::state::StateChanges;
+
+mod replay;
+pub(crate) mod writer;
+
+use replay::Replayed;
 
 /// How long Kafka may take to answer a metadata or admin request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a rebuild may go without reading anything before it gives up.
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
-/// Replayed entries written to the store per batch.
-const WRITE_BATCH: usize = 100_000;
 /// How long a restore waits for a transaction on its key groups before it fences the
 /// producers that last committed them.
 const STUCK_AFTER: Duration = Duration::from_secs(2);
@@ -41,6 +43,14 @@ const STUCK_AFTER: Duration = Duration::from_secs(2);
 const RESEED_CHUNK_BYTES: usize = 1 << 20;
 /// Bytes of keys and values a reseed commits per transaction.
 const RESEED_TRANSACTION_BYTES: usize = 64 << 20;
+/// A new changelog's cleaner settings. A base replaces its group's older records,
+/// which the cleaner drops only from closed log segments and once they are this share
+/// of a partition's log: small segments, closed at least once a minute, and a low ratio
+/// keep the topic near its live records (Kafka's defaults, 1 GiB, 7 days and 0.5,
+/// would keep up to a gigabyte per partition).
+const CLEANABLE_DIRTY_RATIO: &str = "0.1";
+const SEGMENT_BYTES: &str = "8388608";
+const SEGMENT_MS: &str = "60000";
 /// Kafka's default `delete.retention.ms`: how long the cleaner keeps a removal at least.
 const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -381,6 +391,7 @@ pub(crate) fn reseed(
     sink.send_checkpoint_record(&topic, &layout::checkpoint_record(&store.load(n)?))?;
     before_last_commit();
     sink.commit_alone()?;
+    store.mark_legacy(stages, key_groups.count())?;
     store.end_reseed()?;
     tracing::warn!(
         checkpoint = n, entries, transactions = transactions + 1, duration_ms = started.elapsed().as_millis() as u64,
@@ -550,76 +561,6 @@ fn replay(
     Ok(())
 }
 
-/// What a replay has read so far.
-struct Replayed<'a> {
-    store: &'a CheckpointStore,
-    key_groups: KeyGroups,
-    job: &'a str,
-    topic: &'a str,
-    /// Replayed entries not yet written, by stage, in the order read.
-    pending: BTreeMap<u32, StateChanges>,
-    pending_entries: usize,
-    entries: u64,
-    checkpoint: Option<Checkpoint>,
-    /// Per partition, the offset after the last record read.
-    positions: BTreeMap<i32, i64>,
-}
-
-impl<'a> Replayed<'a> {
-    /// Nothing read yet; `positions`: where the read starts, per partition.
-    fn new(store: &'a CheckpointStore, key_groups: KeyGroups, job: &'a str, topic: &'a str, positions: BTreeMap<i32, i64>) -> Self {
-        Replayed { store, key_groups, job, topic, pending: BTreeMap::new(), pending_entries: 0, entries: 0, checkpoint: None, positions }
-    }
-
-    fn add(&mut self, partition: i32, offset: i64, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), TaskFailure> {
-        self.positions.insert(partition, offset + 1);
-        let foreign = |why: String| {
-            TaskFailure::Incompatible(format!(
-                "the changelog topic `{}` holds a record weir did not write for job `{}` at partition {partition} \
-                 offset {offset}: {why}. Give the job a changelog topic of its own (changelog_topic)",
-                self.topic, self.job
-            ))
-        };
-        let key = message.key().ok_or_else(|| foreign("it has no key".into()))?;
-        match layout::parse_changelog(key, message.payload()).map_err(foreign)? {
-            ChangelogRecord::Checkpoint(checkpoint) => {
-                let job = message.headers().and_then(|headers| {
-                    headers.iter().find(|h| h.key == layout::CHANGELOG_JOB_HEADER).and_then(|h| h.value)
-                });
-                if job != Some(self.job.as_bytes()) {
-                    let why = format!("a checkpoint record whose `{}` header is not `{}`", layout::CHANGELOG_JOB_HEADER, self.job);
-                    return Err(foreign(why));
-                }
-                self.checkpoint = Some(checkpoint);
-            }
-            ChangelogRecord::State { stage, key, state } => {
-                let group = self.key_groups.group_of(Some(key));
-                if i64::from(group) != i64::from(partition) {
-                    return Err(foreign(format!("its key belongs to key group {group}, not {partition}")));
-                }
-                self.pending.entry(stage).or_insert_with(|| StateChanges::new(stage)).push(group, key, state);
-                self.entries += 1;
-                self.pending_entries += 1;
-                if self.pending_entries >= WRITE_BATCH {
-                    self.flush()?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), TaskFailure> {
-        for (_, mut changes) in std::mem::take(&mut self.pending) {
-            // A key read twice comes twice, in the order read: the later record wins.
-            let _ = changes.sort();
-            let stage = changes.stage;
-            self.store.put_state(changes.entries().map(|(group, key, state)| (stage, group, key, state)))?;
-        }
-        self.pending_entries = 0;
-        Ok(())
-    }
-}
-
 /// Reads every committed record of every partition, in order, until each partition's end.
 fn read_to_end(
     consumer: &BaseConsumer<Reader>,
@@ -761,7 +702,11 @@ fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailu
     let admin = admin(job)?;
     let partitions = i32::try_from(key_groups.count()).expect("at most 32768 key groups");
     // -1: the broker's default replication factor.
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1))
+        .set("cleanup.policy", "compact")
+        .set("min.cleanable.dirty.ratio", CLEANABLE_DIRTY_RATIO)
+        .set("segment.bytes", SEGMENT_BYTES)
+        .set("segment.ms", SEGMENT_MS);
     let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT)).request_timeout(Some(REQUEST_TIMEOUT));
     let results = runtime()?
         .block_on(admin.create_topics([&new], &options))

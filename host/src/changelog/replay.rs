@@ -1,0 +1,231 @@
+//! Reads changelog records into the store, in each partition's order: records of one
+//! key each (what weir wrote before segments, and what an at-least-once job and a
+//! reseed write), packed segments, and bases, each of which, once its end record is
+//! read with every chunk before it, becomes its group's whole state. A base whose end
+//! or chunks are missing (the cleaner removed part of a replaced one) is not used. The
+//! store learns what the changelog holds of each group (`GroupLog`) from the same read.
+
+use std::collections::BTreeMap;
+
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+
+use crate::checkpoint::layout::{self, ChangelogRecord};
+use crate::checkpoint::store::{Checkpoint, CheckpointStore};
+use crate::dataflow::{KeyGroups, TaskFailure};
+use crate::state::packed::{self, BaseEnd, Kind, PackedKey};
+use crate::state::{GroupLog, StateChanges};
+
+/// Replayed entries written to the store per batch.
+const WRITE_BATCH: usize = 100_000;
+
+/// A base being read: its id and the chunks read so far.
+struct PendingBase {
+    id: u64,
+    chunks: BTreeMap<u32, Vec<u8>>,
+}
+
+/// What a replay has read so far.
+pub(super) struct Replayed<'a> {
+    store: &'a CheckpointStore,
+    key_groups: KeyGroups,
+    job: &'a str,
+    topic: &'a str,
+    /// Replayed entries not yet written, by stage, in the order read.
+    pending: BTreeMap<u32, StateChanges>,
+    pending_entries: usize,
+    /// Per (stage, group), what the changelog holds of it, for those read.
+    logs: BTreeMap<(u32, u32), GroupLog>,
+    bases: BTreeMap<(u32, u32), PendingBase>,
+    pub(super) entries: u64,
+    pub(super) checkpoint: Option<Checkpoint>,
+    /// Per partition, the offset after the last record read.
+    pub(super) positions: BTreeMap<i32, i64>,
+}
+
+impl<'a> Replayed<'a> {
+    /// Nothing read yet; `positions`: where the read starts, per partition.
+    pub(super) fn new(store: &'a CheckpointStore, key_groups: KeyGroups, job: &'a str, topic: &'a str, positions: BTreeMap<i32, i64>) -> Self {
+        Replayed {
+            store,
+            key_groups,
+            job,
+            topic,
+            pending: BTreeMap::new(),
+            pending_entries: 0,
+            logs: BTreeMap::new(),
+            bases: BTreeMap::new(),
+            entries: 0,
+            checkpoint: None,
+            positions,
+        }
+    }
+
+    pub(super) fn add(&mut self, partition: i32, offset: i64, message: &BorrowedMessage<'_>) -> Result<(), TaskFailure> {
+        self.positions.insert(partition, offset + 1);
+        let (topic, job) = (self.topic, self.job);
+        let foreign = |why: String| {
+            TaskFailure::Incompatible(format!(
+                "the changelog topic `{topic}` holds a record weir did not write for job `{job}` at partition {partition} \
+                 offset {offset}: {why}. Give the job a changelog topic of its own (changelog_topic)"
+            ))
+        };
+        let key = message.key().ok_or_else(|| foreign("it has no key".into()))?;
+        if let Some(packed) = PackedKey::parse(key) {
+            let packed = packed.map_err(foreign)?;
+            if i64::from(packed.group) != i64::from(partition) {
+                return Err(foreign(format!("a packed record of key group {}, not {partition}", packed.group)));
+            }
+            return self.add_packed(packed, message.payload()).map_err(|why| match why {
+                Replay::Foreign(why) => foreign(why),
+                Replay::Failed(failure) => failure,
+            });
+        }
+        match layout::parse_changelog(key, message.payload()).map_err(foreign)? {
+            ChangelogRecord::Checkpoint(checkpoint) => {
+                let job = message.headers().and_then(|headers| {
+                    headers.iter().find(|h| h.key == layout::CHANGELOG_JOB_HEADER).and_then(|h| h.value)
+                });
+                if job != Some(self.job.as_bytes()) {
+                    let why = format!("a checkpoint record whose `{}` header is not `{}`", layout::CHANGELOG_JOB_HEADER, self.job);
+                    return Err(foreign(why));
+                }
+                self.checkpoint = Some(checkpoint);
+            }
+            ChangelogRecord::State { stage, key, state } => {
+                let group = self.key_groups.group_of(Some(key));
+                if i64::from(group) != i64::from(partition) {
+                    return Err(foreign(format!("its key belongs to key group {group}, not {partition}")));
+                }
+                self.log(stage, group)?.legacy = true;
+                self.push(stage, group, key, state)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn add_packed(&mut self, key: PackedKey, value: Option<&[u8]>) -> Result<(), Replay> {
+        // A removal of a record a base replaced.
+        let Some(value) = value else { return Ok(()) };
+        let (stage, group) = (key.stage, key.group);
+        match key.kind {
+            Kind::Segment => {
+                let entries = packed::entries(value).map_err(Replay::Foreign)?;
+                let bytes: usize = entries.iter().map(|(key, value)| key.len() + value.map_or(0, <[u8]>::len)).sum();
+                let log = self.log(stage, group)?;
+                if log.base == key.base {
+                    log.segments = log.segments.max(key.seq + 1);
+                    log.segment_bytes += bytes as u64;
+                }
+                for (entry_key, state) in entries {
+                    self.check_group(group, entry_key)?;
+                    self.push(stage, group, entry_key, state)?;
+                }
+            }
+            Kind::BaseChunk => {
+                let base = self.bases.entry((stage, group)).or_insert_with(|| PendingBase { id: key.base, chunks: BTreeMap::new() });
+                if base.id != key.base {
+                    // A base whose end never came: replaced by this one.
+                    *base = PendingBase { id: key.base, chunks: BTreeMap::new() };
+                }
+                base.chunks.insert(key.seq, value.to_vec());
+            }
+            Kind::BaseEnd => {
+                let end = BaseEnd::decode(value).map_err(Replay::Foreign)?;
+                let base = self.bases.remove(&(stage, group)).filter(|base| base.id == key.base);
+                let chunks = base.map(|base| base.chunks).unwrap_or_default();
+                let complete = chunks.len() == end.chunks as usize && chunks.keys().copied().eq(0..end.chunks);
+                if !complete {
+                    tracing::debug!(stage, group, base = key.base, "a base of which the changelog holds no longer every chunk: not used");
+                    return Ok(());
+                }
+                self.replace(stage, group, key.base, &end, &chunks)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A complete base: the group's state is what it holds.
+    fn replace(&mut self, stage: u32, group: u32, id: u64, end: &BaseEnd, chunks: &BTreeMap<u32, Vec<u8>>) -> Result<(), Replay> {
+        let mut entries = Vec::new();
+        for chunk in chunks.values() {
+            for (key, value) in packed::entries(chunk).map_err(Replay::Foreign)? {
+                let value = value.ok_or_else(|| Replay::Foreign(format!("a base of key group {group} holds a removal")))?;
+                self.check_group(group, key)?;
+                entries.push((key, value));
+            }
+        }
+        if entries.len() as u64 != end.entries {
+            return Err(Replay::Foreign(format!("a base of {} entries whose end counts {}", entries.len(), end.entries)));
+        }
+        self.flush().map_err(Replay::Failed)?;
+        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+            return Err(Replay::Foreign(format!("a base of key group {group} whose keys are not in order")));
+        }
+        self.store.replace_group(stage, group, &entries).map_err(|e| Replay::Failed(e.into()))?;
+        self.entries += entries.len() as u64;
+        let log = GroupLog { base: id, base_bytes: end.bytes, base_chunks: end.chunks, ..GroupLog::default() };
+        self.logs.insert((stage, group), log);
+        Ok(())
+    }
+
+    fn check_group(&self, group: u32, key: &[u8]) -> Result<(), Replay> {
+        let found = self.key_groups.group_of(Some(key));
+        match found == group {
+            true => Ok(()),
+            false => Err(Replay::Foreign(format!("a packed record of key group {group} holds a key of group {found}"))),
+        }
+    }
+
+    /// What the changelog holds of the group, as read so far (from the store at first).
+    fn log(&mut self, stage: u32, group: u32) -> Result<&mut GroupLog, StoreFailure> {
+        if !self.logs.contains_key(&(stage, group)) {
+            let stored = self.store.group_logs(stage, group..group + 1)?.remove(&group).unwrap_or_default();
+            self.logs.insert((stage, group), stored);
+        }
+        Ok(self.logs.get_mut(&(stage, group)).expect("just inserted"))
+    }
+
+    fn push(&mut self, stage: u32, group: u32, key: &[u8], state: Option<&[u8]>) -> Result<(), TaskFailure> {
+        self.pending.entry(stage).or_insert_with(|| StateChanges::new(stage)).push(group, key, state);
+        self.entries += 1;
+        self.pending_entries += 1;
+        if self.pending_entries >= WRITE_BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn flush(&mut self) -> Result<(), TaskFailure> {
+        for (_, mut changes) in std::mem::take(&mut self.pending) {
+            // A key read twice comes twice, in the order read: the later record wins.
+            let _ = changes.sort();
+            let stage = changes.stage;
+            self.store.put_state(changes.entries().map(|(group, key, state)| (stage, group, key, state)))?;
+        }
+        self.pending_entries = 0;
+        self.store.put_logs(self.logs.iter().map(|(&(stage, group), log)| (stage, group, *log)))?;
+        Ok(())
+    }
+}
+
+/// Why a packed record could not be replayed.
+enum Replay {
+    /// It is no record weir wrote (this says why).
+    Foreign(String),
+    Failed(TaskFailure),
+}
+
+/// The store failed while the ledger was read.
+type StoreFailure = crate::checkpoint::store::StoreError;
+
+impl From<StoreFailure> for Replay {
+    fn from(error: StoreFailure) -> Self {
+        Replay::Failed(error.into())
+    }
+}
+
+impl From<TaskFailure> for Replay {
+    fn from(failure: TaskFailure) -> Self {
+        Replay::Failed(failure)
+    }
+}

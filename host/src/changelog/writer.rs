@@ -1,0 +1,264 @@
+//! Writes one operator subtask's checkpoint changes into the changelog, in the
+//! checkpoint's transaction (DESIGN.md §5, "Changelog segments"): per key group a few
+//! packed segments, or, once what the group's segments hold outweighs its base, a new
+//! base instead — the group's whole state at this checkpoint, the store's state of the
+//! checkpoint before it merged with these changes — after removing, by key, every
+//! record the new base replaces. The removals come first: a restore that reads them
+//! before the cleaner has run takes a removed key-per-record entry as a removal, which
+//! the base that follows then overrides.
+//!
+//! An at-least-once job writes one record per changed key, as weir always did: its
+//! records are not in transactions, so a base could be seen half written.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::checkpoint::layout;
+use crate::checkpoint::store::CheckpointStore;
+use crate::dataflow::TaskFailure;
+use crate::sink::Sink;
+use crate::state::packed::{BaseEnd, EntriesValue, Kind, PackedKey};
+use crate::state::{GroupLog, StateChanges};
+
+/// The least a subtask may spend on bases in one checkpoint, in bytes of keys and values;
+/// it may spend as much as its changes hold. A group's base is due once its segments
+/// outweigh it, so in a steady state bases cost about what the changes cost, and a
+/// checkpoint writes about twice its changes; a base due beyond the budget waits.
+const BASE_BUDGET_BYTES: u64 = 256 << 10;
+
+/// One entry of a change: its group, key and new value (`None`: removed).
+type Entry<'a> = (u32, &'a [u8], Option<&'a [u8]>);
+
+pub(crate) struct ChangelogWriter<'a> {
+    sink: &'a Sink,
+    topic: &'a str,
+    stage: u32,
+    /// Where a base reads the state of the checkpoint before its own.
+    store: &'a CheckpointStore,
+    /// The last checkpoint folded into the store: a base of checkpoint N waits for N-1.
+    folded: &'a AtomicU64,
+    /// The key groups the subtask owns.
+    groups: Range<u32>,
+    /// What the changelog holds of each of them, as of the last write; read from the
+    /// store at the first.
+    logs: Option<BTreeMap<u32, GroupLog>>,
+    packed: bool,
+    key: Vec<u8>,
+    value: EntriesValue,
+    /// Called once per base, its chunks sent and its end not (the crash tests' kill point).
+    in_base: fn(u64),
+}
+
+/// Where an operator subtask's state changes go.
+#[derive(Clone, Copy)]
+pub(crate) struct StateOut<'a> {
+    pub(crate) sink: &'a Sink,
+    pub(crate) changelog_topic: &'a str,
+    pub(crate) store: &'a CheckpointStore,
+    /// The last checkpoint the folder has written into the store.
+    pub(crate) folded: &'a AtomicU64,
+    /// Segments and bases (exactly-once), else one record per key.
+    pub(crate) packed: bool,
+    pub(crate) in_base: fn(u64),
+}
+
+impl<'a> ChangelogWriter<'a> {
+    /// The writer of `stage`'s subtask that owns `groups`.
+    pub(crate) fn new(out: StateOut<'a>, stage: u32, groups: Range<u32>) -> Self {
+        ChangelogWriter {
+            sink: out.sink,
+            topic: out.changelog_topic,
+            stage,
+            store: out.store,
+            folded: out.folded,
+            groups,
+            logs: None,
+            packed: out.packed,
+            key: Vec::new(),
+            value: EntriesValue::default(),
+            in_base: out.in_base,
+        }
+    }
+
+    /// Writes checkpoint `n`'s `changes` (sorted by group and key) and records in them
+    /// what the changelog then holds of every group written.
+    pub(crate) fn write(&mut self, n: u64, changes: &mut StateChanges) -> Result<(), TaskFailure> {
+        if !self.packed {
+            return self.write_per_key(changes);
+        }
+        if self.logs.is_none() {
+            self.logs = Some(self.store.group_logs(self.stage, self.groups.clone())?);
+        }
+        let entries: Vec<Entry<'_>> = changes.entries().collect();
+        let total: u64 = entries.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
+        let mut budget = BASE_BUDGET_BYTES.max(total);
+        // A base of N reads N-1's state from the store; until the folder is there, segments.
+        let may_base = self.folded.load(Ordering::Acquire) + 1 >= n;
+        let (mut records, mut bytes, mut bases) = (0, 0, 0);
+        let mut logs = Vec::new();
+        for run in entries.chunk_by(|a, b| a.0 == b.0) {
+            let group = run[0].0;
+            let run_bytes: u64 = run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
+            let log = self.logs.as_ref().and_then(|logs| logs.get(&group)).copied().unwrap_or_default();
+            let written = match may_base && log.wants_base(run_bytes) && budget > 0 {
+                true => {
+                    let (written, base) = self.write_base(n, group, &log, run)?;
+                    budget = budget.saturating_sub(base.base_bytes);
+                    bases += 1;
+                    (written, base)
+                }
+                false => self.write_segments(group, &log, run)?,
+            };
+            let ((r, b), log) = written;
+            (records, bytes) = (records + r, bytes + b);
+            self.logs.get_or_insert_default().insert(group, log);
+            logs.push((group, log));
+        }
+        drop(entries);
+        changes.logs = logs;
+        changes.written = (records, bytes);
+        changes.bases = bases;
+        Ok(())
+    }
+
+    fn write_per_key(&mut self, changes: &mut StateChanges) -> Result<(), TaskFailure> {
+        let (mut records, mut bytes) = (0, 0);
+        let mut writer = super::StateWriter::new(self.sink, self.topic, self.stage);
+        for (group, key, state) in changes.entries() {
+            bytes += writer.send(group, key, state)? as u64;
+            records += 1;
+        }
+        changes.written = (records, bytes);
+        Ok(())
+    }
+
+    /// The group's changes as segments after its base; returns (records, bytes) and
+    /// what the changelog then holds of the group.
+    fn write_segments(&mut self, group: u32, log: &GroupLog, run: &[Entry<'_>]) -> Result<((u64, u64), GroupLog), TaskFailure> {
+        let mut log = *log;
+        let (mut records, mut bytes) = (0, 0);
+        for &(_, key, value) in run {
+            if self.value.full_for(key.len() + value.map_or(0, <[u8]>::len)) {
+                bytes += self.flush(Kind::Segment, group, log.base, log.segments)?;
+                (records, log.segments) = (records + 1, log.segments + 1);
+            }
+            self.value.push(key, value);
+        }
+        bytes += self.flush(Kind::Segment, group, log.base, log.segments)?;
+        (records, log.segments) = (records + 1, log.segments + 1);
+        log.segment_bytes += run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum::<u64>();
+        Ok(((records, bytes), log))
+    }
+
+    /// A new base of the group at checkpoint `n`, after removing what it replaces.
+    fn write_base(&mut self, n: u64, group: u32, old: &GroupLog, run: &[Entry<'_>]) -> Result<((u64, u64), GroupLog), TaskFailure> {
+        let mut records = self.remove_replaced(group, old)?;
+        let id = new_base_id(self.stage, group, n);
+        let mut base = GroupLog { base: id, ..GroupLog::default() };
+        let (mut bytes, mut entries) = (0, 0u64);
+        let mut changes = run.iter().map(|&(_, key, value)| (key, value)).peekable();
+        let mut add = |writer: &mut Self, key: &[u8], value: &[u8]| -> Result<(), TaskFailure> {
+            if writer.value.full_for(key.len() + value.len()) {
+                bytes += writer.flush(Kind::BaseChunk, group, id, base.base_chunks)?;
+                base.base_chunks += 1;
+            }
+            writer.value.push(key, Some(value));
+            base.base_bytes += (key.len() + value.len()) as u64;
+            entries += 1;
+            Ok(())
+        };
+        // The store's state of N-1 merged with N's changes, both in key order.
+        let store = self.store;
+        store.scan_group(self.stage, group, |key, value| -> Result<(), TaskFailure> {
+            while let Some(&(changed, new)) = changes.peek()
+                && changed <= key
+            {
+                changes.next();
+                if let Some(new) = new {
+                    add(self, changed, new)?;
+                }
+                if changed == key {
+                    return Ok(());
+                }
+            }
+            add(self, key, value)
+        })?;
+        for (key, value) in changes {
+            if let Some(value) = value {
+                add(self, key, value)?;
+            }
+        }
+        if !self.value.is_empty() {
+            bytes += self.flush(Kind::BaseChunk, group, id, base.base_chunks)?;
+            base.base_chunks += 1;
+        }
+        (self.in_base)(n);
+        let end = BaseEnd { n, chunks: base.base_chunks, entries, bytes: base.base_bytes };
+        PackedKey { kind: Kind::BaseEnd, stage: self.stage, group, base: id, seq: 0 }.encode_into(&mut self.key);
+        let end = end.encode();
+        self.sink.send_changelog(self.topic, group as i32, &self.key, Some(&end))?;
+        bytes += (self.key.len() + end.len()) as u64;
+        records += u64::from(base.base_chunks) + 1;
+        Ok(((records, bytes), base))
+    }
+
+    /// Removes the group's records that a new base replaces: its old base, the
+    /// segments since, and records of one key each for the keys the store holds.
+    fn remove_replaced(&mut self, group: u32, old: &GroupLog) -> Result<u64, TaskFailure> {
+        let mut removed = 0;
+        if old.base != 0 {
+            let chunks = (0..old.base_chunks).map(|seq| (Kind::BaseChunk, seq));
+            for (kind, seq) in chunks.chain([(Kind::BaseEnd, 0)]) {
+                self.remove(PackedKey { kind, stage: self.stage, group, base: old.base, seq })?;
+                removed += 1;
+            }
+        }
+        for seq in 0..old.segments {
+            self.remove(PackedKey { kind: Kind::Segment, stage: self.stage, group, base: old.base, seq })?;
+            removed += 1;
+        }
+        if old.legacy {
+            let (sink, topic, stage, store) = (self.sink, self.topic, self.stage, self.store);
+            let mut key = Vec::new();
+            store.scan_group(stage, group, |user_key, _| -> Result<(), TaskFailure> {
+                layout::changelog_key_into(stage, user_key, &mut key);
+                sink.send_changelog(topic, group as i32, &key, None)?;
+                removed += 1;
+                Ok(())
+            })?;
+        }
+        Ok(removed)
+    }
+
+    fn remove(&mut self, key: PackedKey) -> Result<(), TaskFailure> {
+        key.encode_into(&mut self.key);
+        self.sink.send_changelog(self.topic, key.group as i32, &self.key, None).map_err(TaskFailure::from)
+    }
+
+    /// Sends the packed entries as one record; returns its bytes.
+    fn flush(&mut self, kind: Kind, group: u32, base: u64, seq: u32) -> Result<u64, TaskFailure> {
+        PackedKey { kind, stage: self.stage, group, base, seq }.encode_into(&mut self.key);
+        self.sink.send_changelog(self.topic, group as i32, &self.key, Some(self.value.bytes()))?;
+        let bytes = (self.key.len() + self.value.bytes().len()) as u64;
+        self.value.clear();
+        Ok(bytes)
+    }
+}
+
+fn entry_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
+    (key.len() + value.map_or(0, <[u8]>::len)) as u64
+}
+
+/// A base's id: random (never 0), so two owners of a group over time, each counting
+/// checkpoints of its own, never write records of the same key.
+fn new_base_id(stage: u32, group: u32, n: u64) -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(stage);
+    hasher.write_u32(group);
+    hasher.write_u64(n);
+    hasher.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.finish().max(1)
+}

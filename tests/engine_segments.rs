@@ -1,0 +1,301 @@
+//! The changelog in packed segments and bases (DESIGN.md §5, "Changelog segments"),
+//! through the real broker: bases written while the job is killed at every step of
+//! them, a changelog the broker's cleaner has really compacted, bases left incomplete,
+//! and records that are no weir record. The committed output equals the reference
+//! every time.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+
+use support::clicks::{self, Clicks, Input};
+use support::job::{self, JobDir, KEY_GROUPS};
+use support::{Isolation, Tail};
+
+const PARTITIONS: i32 = 4;
+/// Windows long enough that most keys hold state through many checkpoints.
+const WINDOW_MS: i64 = 60_000;
+/// Enough keys that a group's segments outweigh the least base in a few checkpoints.
+const KEYS: u64 = 8_000;
+const CHUNK: usize = 2_500;
+
+fn topics(job: &JobDir) {
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+}
+
+/// Input in `chunks` chunks of `CHUNK` records 150 ms apart, then (with `flush`) the
+/// flush records. Returns everything produced.
+fn produce_paced(topic: &str, clicks: Clicks, chunks: usize, flush: bool) -> std::thread::JoinHandle<(Clicks, Vec<Input>)> {
+    let topic = topic.to_string();
+    let mut clicks = clicks;
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for _ in 0..chunks {
+            let chunk = clicks.take(CHUNK);
+            support::produce(&topic, &chunk);
+            all.extend(chunk);
+            std::thread::sleep(Duration::from_millis(150)); // pacing, not synchronisation
+        }
+        if flush {
+            let records = clicks.flush();
+            support::produce(&topic, &records);
+            all.extend(records);
+        }
+        (clicks, all)
+    })
+}
+
+/// Runs the job until its committed output holds the reference of `input`, stops it
+/// and compares the whole committed output. Returns the log.
+fn finish_and_compare(job: &JobDir, input: &[Input], log: &std::path::Path) -> String {
+    let expected = clicks::window_counts(input, WINDOW_MS);
+    let mut child = job::start(&job.path(), log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    let complete = tail.until_while(expected.len(), Duration::from_secs(180), &mut child);
+    let status = job::terminate(&mut child, Duration::from_secs(60));
+    let text = job::read_log(log);
+    assert!(complete, "output incomplete after 180 s ({} of {}); log:\n{text}", tail.records.len(), expected.len());
+    assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{text}");
+    let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
+    let actual = clicks::as_multiset(&committed);
+    assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
+    text
+}
+
+/// The bases the job's committed checkpoints wrote, from its log.
+fn bases_written(log: &str) -> u64 {
+    log.lines()
+        .filter(|line| line.contains("checkpoint committed"))
+        .filter_map(|line| line.split(" bases=").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The last checkpoint the log says was committed (0: none).
+fn last_committed(log: &str) -> u64 {
+    let committed = log.lines().filter(|line| line.contains("checkpoint committed"));
+    committed.filter_map(|line| line.split(" checkpoint=").nth(1)?.split(' ').next()?.parse().ok()).max().unwrap_or(0)
+}
+
+fn runs_until_killed(job: &JobDir, log: &std::path::Path, fault: &str) {
+    let mut child = job::start(&job.path(), log, &[("WEIR_FAULT", fault)]);
+    let status = job::wait(&mut child, Duration::from_secs(90))
+        .unwrap_or_else(|| panic!("WEIR_FAULT={fault} did not fire within 90 s; log:\n{}", job::read_log(log)));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "WEIR_FAULT={fault}: got {status}; log:\n{}", job::read_log(log));
+}
+
+#[test]
+fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
+    let job = job::job_dir("seg-kills");
+    topics(&job);
+    job.window_count(2, 150, WINDOW_MS as u64, "");
+    // Input for as long as the kills below take: a checkpoint that writes a base needs it.
+    let producer = produce_paced(&job.input, Clicks::new(31, PARTITIONS, KEYS), 90, true);
+    let log = job.dir.path().join("weir.log");
+    // Killed in a base (its chunks sent, its end not), then at each step of a checkpoint
+    // soon after (counted from the last one committed), with the state_dir deleted before
+    // some restarts: bases are read back from the changelog.
+    for (after, fault, lose_state) in [
+        (1, "in-base", false),
+        (1, "in-base", true),
+        (2, "after-barrier", false),
+        (2, "after-seal", true),
+        (2, "after-commit", false),
+        (3, "in-base", true),
+        (4, "after-commit", true),
+    ] {
+        if lose_state && job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
+        let at = last_committed(&job::read_log(&log)) + after;
+        runs_until_killed(&job, &log, &format!("{fault}:{at}"));
+    }
+    let mut seed = support::crash_seed();
+    for _ in 0..4 {
+        if support::next_random(&mut seed).is_multiple_of(2) && job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
+        let mut child = job::start(&job.path(), &log, &[]);
+        std::thread::sleep(Duration::from_millis(300 + support::next_random(&mut seed) % 2_000));
+        job::kill(&mut child);
+    }
+    let (_, input) = producer.join().expect("producer thread");
+    let text = finish_and_compare(&job, &input, &log);
+    assert!(text.contains("killing the process at InBase"), "no kill landed in a base:\n{text}");
+    assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
+}
+
+/// The number of records a read of the whole topic returns.
+fn records_in(topic: &str, partitions: i32) -> usize {
+    support::read_to_end(topic, partitions, Isolation::ReadUncommitted).len()
+}
+
+#[test]
+fn a_changelog_the_cleaner_compacted_restores_the_same_state() {
+    let job = job::job_dir("seg-compacted");
+    topics(&job);
+    let changelog = format!("{}-changelog", job.name);
+    // Cleaned as soon as the broker's cleaner looks: segments close after a second,
+    // removals are dropped a second after they are cleaned.
+    let cleaning = [
+        ("cleanup.policy", "compact"),
+        ("segment.ms", "1000"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("delete.retention.ms", "1000"),
+        ("min.compaction.lag.ms", "0"),
+    ];
+    support::create_topic_with(&changelog, KEY_GROUPS as i32, &cleaning);
+    job.window_count(2, 150, WINDOW_MS as u64, "");
+    let log = job.dir.path().join("weir.log");
+    let mut input = Vec::new();
+    let mut clicks = Clicks::new(37, PARTITIONS, KEYS);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    // Phases of input, each drained; each phase's records close the log segments the
+    // one before wrote, which the cleaner may then compact.
+    for phase in 0.. {
+        let (rest, chunk) = produce_paced(&job.input, clicks, 8, false).join().expect("producer thread");
+        clicks = rest;
+        input.extend(chunk);
+        let mut child = job::start(&job.path(), &log, &[]);
+        let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
+        wait_committed(&job.name, &job.input, &ends, &mut child, &log);
+        assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "log:\n{}", job::read_log(&log));
+        let now = records_in(&changelog, KEY_GROUPS as i32);
+        let written: u64 = job::read_log(&log)
+            .lines()
+            .filter_map(|line| line.split(" changelog_records=").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if phase > 0 && (now as u64) < written * 2 / 3 {
+            eprintln!("after phase {phase}: {now} changelog records of {written} written");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cleaner compacted nothing ({now} records of {written} written)");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    // A new machine restores from what the cleaner left, and the job goes on.
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    let flush = clicks.flush();
+    support::produce(&job.input, &flush);
+    input.extend(flush);
+    let text = finish_and_compare(&job, &input, &log);
+    assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
+}
+
+/// Waits until the job's group has committed `ends` of the input.
+fn wait_committed(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, child: &mut std::process::Child, log: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if support::committed_offsets(group, topic, PARTITIONS) == *ends {
+            return;
+        }
+        assert!(job::wait(child, Duration::from_millis(200)).is_none(), "weir exited; log:\n{}", job::read_log(log));
+        assert!(Instant::now() < deadline, "the input's end was not committed; log:\n{}", job::read_log(log));
+    }
+}
+
+/// A packed record's key, built here from the documented layout (`state::packed`).
+fn packed_key(kind: u8, stage: u32, group: u32, base: u64, seq: u32) -> Vec<u8> {
+    let mut key = b"\xff\xff\xff\xffP\x01".to_vec();
+    key.push(kind);
+    key.extend_from_slice(&stage.to_be_bytes());
+    key.extend_from_slice(&group.to_be_bytes());
+    key.extend_from_slice(&base.to_be_bytes());
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// A packed value of `entries`, each a key and a value.
+fn packed_entries(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut value = vec![1];
+    for (key, state) in entries {
+        value.push(key.len() as u8);
+        value.push(state.len() as u8 + 1);
+        value.extend_from_slice(key);
+        value.extend_from_slice(state);
+    }
+    value
+}
+
+fn produce_raw(topic: &str, records: &[(i32, Vec<u8>, Vec<u8>)]) {
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", support::brokers()).create().expect("producer");
+    for (partition, key, value) in records {
+        producer.send(BaseRecord::to(topic).partition(*partition).key(key).payload(value)).map_err(|(e, _)| e).expect("produce");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// A key of key group `group` that the input uses.
+fn key_in_group(input: &[Input], group: u32) -> Vec<u8> {
+    let found = input.iter().map(|r| &r.1).find(|key| clicks::java_partition(key, KEY_GROUPS as i32) as u32 == group);
+    found.expect("a key in every group").clone()
+}
+
+#[test]
+fn incomplete_bases_are_never_used() {
+    let job = job::job_dir("seg-incomplete");
+    topics(&job);
+    job.window_count(2, 150, WINDOW_MS as u64, "");
+    let log = job.dir.path().join("weir.log");
+    let (clicks, mut input) = produce_paced(&job.input, Clicks::new(41, PARTITIONS, KEYS), 8, false).join().unwrap();
+    let mut child = job::start(&job.path(), &log, &[]);
+    let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
+    wait_committed(&job.name, &job.input, &ends, &mut child, &log);
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    // Bases whose writer died, as a reader could meet them: chunks without an end, an
+    // end without its second chunk. Applied, they would empty a group or make it garbage.
+    let changelog = format!("{}-changelog", job.name);
+    let (group, other) = (3, 5);
+    let key = key_in_group(&input, group);
+    let garbage = packed_entries(&[(&key, b"not the plugin's state")]);
+    produce_raw(
+        &changelog,
+        &[
+            (group as i32, packed_key(b'b', 0, group, 42, 0), garbage.clone()),
+            (other as i32, packed_key(b'b', 0, other, 43, 0), packed_entries(&[])),
+            // An end saying two chunks (n=1, chunks=2, entries=0, bytes=0).
+            (other as i32, packed_key(b'e', 0, other, 43, 0), vec![1, 1, 2, 0, 0]),
+        ],
+    );
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    let (clicks, more) = produce_paced(&job.input, clicks, 4, false).join().unwrap();
+    input.extend(more);
+    input.extend(clicks.flush());
+    support::produce(&job.input, &clicks.flush());
+    let text = finish_and_compare(&job, &input, &log);
+    assert!(text.contains("rebuilding keyed state from the whole changelog"), "no rebuild:\n{text}");
+}
+
+#[test]
+fn a_malformed_segment_stops_the_restore_naming_topic_partition_and_offset() {
+    let job = job::job_dir("seg-malformed");
+    topics(&job);
+    job.window_count(2, 150, WINDOW_MS as u64, "");
+    let log = job.dir.path().join("weir.log");
+    let (_, input) = produce_paced(&job.input, Clicks::new(43, PARTITIONS, 2_000), 4, false).join().unwrap();
+    let mut child = job::start(&job.path(), &log, &[]);
+    let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
+    wait_committed(&job.name, &job.input, &ends, &mut child, &log);
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    let changelog = format!("{}-changelog", job.name);
+    let partition = 6;
+    let offset = support::end_offset(&changelog, partition);
+    // A segment whose one entry claims a key of 100 bytes in a value of 4.
+    produce_raw(&changelog, &[(partition, packed_key(b's', 0, partition as u32, 0, 9_999), vec![1, 100, 1, b'k'])]);
+    let output_before = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(90)).expect("weir stops on a malformed changelog");
+    let text = job::read_log(&log);
+    assert!(!status.success(), "weir exited {status}; log:\n{text}");
+    let wanted = format!("the changelog topic `{changelog}` holds a record weir did not write for job `{}` at partition {partition} offset {offset}", job.name);
+    assert!(text.contains(&wanted), "no error naming topic, partition and offset ({wanted}):\n{text}");
+    assert!(text.contains("runs past the value"), "the error says what is wrong:\n{text}");
+    assert_eq!(support::committed_offsets(&job.name, &job.input, PARTITIONS), ends, "nothing committed");
+    let output = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
+    assert!(output == output_before, "nothing written");
+}
