@@ -200,13 +200,14 @@ impl StateChunk {
     }
 }
 
-/// A key's first eight bytes as a big-endian integer, zero-padded: ordered as the bytes
-/// are, except that a short key ties with its zero-padded longer ones.
-fn prefix(key: &[u8]) -> u64 {
-    let mut head = [0; 8];
-    let len = key.len().min(8);
+/// A key's first sixteen bytes as a big-endian integer, zero-padded: ordered as the
+/// bytes are, except that a short key ties with its zero-padded longer ones (a tie is
+/// broken by comparing the keys whole).
+fn prefix(key: &[u8]) -> u128 {
+    let mut head = [0; 16];
+    let len = key.len().min(16);
     head[..len].copy_from_slice(&key[..len]);
-    u64::from_be_bytes(head)
+    u128::from_be_bytes(head)
 }
 
 /// Cuts checkpointed entries into the chunks `restore` is handed, the same way for a job
@@ -280,9 +281,9 @@ impl StateChanges {
     /// pushed twice stay in the order pushed. Returns a key that comes twice, if one does.
     pub(crate) fn sort(&mut self) -> Option<&[u8]> {
         let keys: Vec<&[u8]> = self.chunk.iter().map(|(key, _)| key).collect();
-        // Most comparisons end in the group and the key's first eight bytes, compared as
+        // Most comparisons end in the group and the key's first sixteen bytes, compared as
         // one integer; only keys alike that far are compared whole, then by position.
-        let mut sorted: Vec<(u32, u64, u32)> = keys.iter().enumerate().map(|(i, key)| (self.groups[i], prefix(key), i as u32)).collect();
+        let mut sorted: Vec<(u32, u128, u32)> = keys.iter().enumerate().map(|(i, key)| (self.groups[i], prefix(key), i as u32)).collect();
         sorted.sort_unstable_by(|a, b| {
             (a.0, a.1).cmp(&(b.0, b.1)).then_with(|| keys[a.2 as usize].cmp(keys[b.2 as usize])).then(a.2.cmp(&b.2))
         });
@@ -320,9 +321,59 @@ impl StateChanges {
     }
 }
 
+/// The entries of `changes` (each sorted, the later ones newer), each key once with its
+/// newest value, as `(stage, (group, key, value))` by stage, group and key.
+pub(crate) fn latest_of<'a>(changes: &[&'a StateChanges]) -> Vec<(u32, (u32, &'a [u8], Option<&'a [u8]>))> {
+    use std::cmp::Reverse;
+    let mut runs: Vec<_> = changes.iter().map(|c| c.entries().peekable()).collect();
+    // Least (stage, group, key) first (the key's prefix compared before the key); of one
+    // key, the newest run first.
+    let mut heads = std::collections::BinaryHeap::new();
+    for (run, entries) in runs.iter_mut().enumerate() {
+        if let Some(&(group, key, _)) = entries.peek() {
+            heads.push(Reverse((changes[run].stage, group, prefix(key), key, Reverse(run))));
+        }
+    }
+    let mut out: Vec<(u32, (u32, &[u8], Option<&[u8]>))> = Vec::new();
+    while let Some(Reverse((stage, group, _, key, Reverse(run)))) = heads.pop() {
+        let (_, _, value) = runs[run].next().expect("peeked");
+        if let Some(&(group, key, _)) = runs[run].peek() {
+            heads.push(Reverse((stage, group, prefix(key), key, Reverse(run))));
+        }
+        if out.last().is_none_or(|&(s, (g, k, _))| (s, g, k) != (stage, group, key)) {
+            out.push((stage, (group, key, value)));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_latest_of_several_rounds_keeps_each_key_once_with_its_newest_value() {
+        let round = |stage: u32, entries: &[(u32, &[u8], Option<&[u8]>)]| {
+            let mut changes = StateChanges::new(stage);
+            for &(group, key, value) in entries {
+                changes.push(group, key, value);
+            }
+            let _ = changes.sort();
+            changes
+        };
+        let older = round(0, &[(1, b"a", Some(b"1")), (1, b"b", Some(b"1")), (2, b"c", Some(b"1"))]);
+        let other_stage = round(1, &[(1, b"a", Some(b"s"))]);
+        let newer = round(0, &[(1, b"b", None), (2, b"c", Some(b"2")), (2, b"d", Some(b"2"))]);
+        let merged = latest_of(&[&older, &other_stage, &newer]);
+        let want: Vec<(u32, (u32, &[u8], Option<&[u8]>))> = vec![
+            (0, (1, b"a", Some(b"1"))),
+            (0, (1, b"b", None)),
+            (0, (2, b"c", Some(b"2"))),
+            (0, (2, b"d", Some(b"2"))),
+            (1, (1, b"a", Some(b"s"))),
+        ];
+        assert_eq!(merged, want);
+    }
 
     #[test]
     fn pushed_entries_read_back() {
@@ -346,12 +397,16 @@ mod tests {
         changes.push(1, b"b", None);
         assert_eq!(changes.sort(), Some(&b"b"[..]));
         let mut alike = StateChanges::new(0);
-        for key in [&b"user-0000\x02"[..], b"user-000", b"user-0000\x00", b"user-0000", b"user-0000\x01"] {
+        for key in [&b"user-0000000000\x02"[..], b"user-00000000000", b"user-000000000000\x00", b"user-000000000000", b"user-000000000000\x01"] {
             alike.push(0, key, None);
         }
         assert_eq!(alike.sort(), None);
         let keys: Vec<_> = alike.entries().map(|(_, key, _)| key).collect();
-        assert_eq!(keys, [&b"user-000"[..], b"user-0000", b"user-0000\x00", b"user-0000\x01", b"user-0000\x02"], "as the bytes sort");
+        assert_eq!(
+            keys,
+            [&b"user-0000000000\x02"[..], b"user-00000000000", b"user-000000000000", b"user-000000000000\x00", b"user-000000000000\x01"],
+            "as the bytes sort"
+        );
         let b: Vec<_> = changes.entries().filter(|(_, key, _)| key == b"b").map(|(.., value)| value).collect();
         assert_eq!(b, [Some(&b"2"[..]), None], "in the order pushed");
     }

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::thread::{Scope, ScopedJoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
@@ -23,6 +23,7 @@ use crate::source::{self, Bootstrap, Control, SourceTask};
 use super::{Engine, Records};
 use super::coordinator::{Coordinator, Fold, Outcome};
 use super::fault::{self, Step};
+use super::folder;
 use super::operator_task::{InputChannel, OperatorTask};
 use super::recover::{self, Recovered, SourceStart};
 use super::watchdog::Watchdog;
@@ -100,7 +101,7 @@ pub(super) fn execute(
         };
         let what = "the state folder".to_string();
         let folded = &folded;
-        handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || fold(store, &folds_rx, folded_tx.as_ref(), folded)));
+        handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || folder::run(store, &folds_rx, folded_tx.as_ref(), folded)));
         drop(events_tx);
 
         let mut coordinator = Coordinator {
@@ -280,26 +281,6 @@ fn spawn_operators<'scope>(
             handles.push(spawn_task(scope, name, what, events.clone(), move || task.run()));
         }
     }
-}
-
-/// Folds each committed checkpoint's changes into the store's state and prunes what
-/// is older, off the coordinator's path: epoch N+1 runs meanwhile, and a crash before a
-/// fold leaves its changes for recovery to replay from the changelog. Says when each
-/// fold is done to `folded`, if given (at-least-once: checkpoint N+1 begins only then).
-fn fold(store: &CheckpointStore, committed: &Receiver<Fold>, folded: Option<&Sender<u64>>, through: &AtomicU64) -> Result<(), TaskFailure> {
-    for Fold { n, changes, positions } in committed {
-        let started = Instant::now();
-        let entries = changes.iter().flat_map(|c| c.entries().map(move |entry| (c.stage, entry)));
-        let logs = changes.iter().flat_map(|c| c.logs.iter().map(move |&(group, log)| (c.stage, group, log)));
-        store.fold(n, entries, logs, &positions)?;
-        through.store(n, Ordering::Release);
-        store.prune_before(n)?;
-        tracing::debug!(checkpoint = n, duration_ms = started.elapsed().as_millis() as u64, "folded state changes");
-        if let Some(folded) = folded {
-            folded.send(n).map_err(|_| TaskFailure::Stopped)?;
-        }
-    }
-    Ok(())
 }
 
 /// Every channel of an attempt's graph (DESIGN.md §8), by the ends they join. An edge

@@ -5,6 +5,7 @@
 
 mod coordinator;
 pub(crate) mod fault;
+mod folder;
 mod graph;
 mod group;
 mod operator_task;

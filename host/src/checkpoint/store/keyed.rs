@@ -78,8 +78,9 @@ impl CheckpointStore {
     }
 
     /// Folds committed checkpoint `n`'s changes into the base and records `positions`
-    /// with it: one atomic write, not synced. A crash loses at most the latest folds,
-    /// and recovery replays what they held from the changelog.
+    /// with it: one atomic write, not synced and not logged (RocksDB's write-ahead log:
+    /// a crash loses the folds not yet flushed, each whole with the marker it moved,
+    /// and recovery replays what they held from the changelog).
     pub fn fold<'a>(
         &self,
         n: u64,
@@ -96,8 +97,10 @@ impl CheckpointStore {
             self.put_log_into(&mut batch, &mut buffers, stage, group, &log);
         }
         self.put_base_into(&mut batch, n, positions);
+        let mut unlogged = WriteOptions::default();
+        unlogged.disable_wal(true);
         self.db
-            .write_opt(batch, &WriteOptions::default())
+            .write_opt(batch, &unlogged)
             .map_err(|source| self.rocks(format!("folding the state changes of checkpoint {n} into the state"), source))
     }
 
