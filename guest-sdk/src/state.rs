@@ -230,17 +230,14 @@ pub(crate) struct Round<T = Box<[u8]>> {
 }
 
 impl Round {
-    /// A round over `keys`, duplicates dropped (hashed, not sorted: linear in the keys).
+    /// A round over `keys`, duplicates dropped (hashed, not sorted: linear in the keys;
+    /// the set borrows them, so no key is copied).
     pub(crate) fn new(keys: Vec<Box<[u8]>>) -> Self {
-        let mut seen: hashbrown::HashSet<Box<[u8]>, foldhash::fast::FixedState> =
+        let mut seen: hashbrown::HashSet<&[u8], foldhash::fast::FixedState> =
             hashbrown::HashSet::with_capacity_and_hasher(keys.len(), Default::default());
-        let mut unique = Vec::with_capacity(keys.len());
-        for key in keys {
-            if !seen.contains(&key) {
-                seen.insert(key.clone());
-                unique.push(key);
-            }
-        }
+        let first: Vec<bool> = keys.iter().map(|key| seen.insert(&key[..])).collect();
+        drop(seen);
+        let unique = keys.into_iter().zip(first).filter_map(|(key, first)| first.then_some(key)).collect();
         Round::distinct(unique)
     }
 }
