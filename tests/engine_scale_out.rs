@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -138,13 +139,16 @@ fn a_process_killed_while_it_writes_a_base_keeps_the_output_exact() {
         }
         victim.restart_with(&job, &[("WEIR_FAULT", "in-base:1")]);
         let status = job::wait(&mut victim.child, Duration::from_secs(90));
-        assert!(status.is_some(), "WEIR_FAULT=in-base:1 did not fire within 90 s; logs:\n{}", logs(&processes));
+        let killed = status.is_some_and(|status| status.signal() == Some(libc::SIGKILL));
+        assert!(killed, "WEIR_FAULT=in-base:1 did not fire within 90 s ({status:?}); logs:\n{}", logs(&processes));
         processes[round].restart(&job);
     }
     let input = producer.join().expect("producer thread");
     stop_and_compare(&job, &mut processes, &input);
-    let text = logs(&processes);
-    assert_eq!(text.matches("killing the process at InBase").count(), 2, "logs:\n{text}");
+    for process in &processes {
+        // Once per kill at least: subtasks writing bases at once may each log it.
+        assert!(process.log().contains("killing the process at InBase"), "logs:\n{}", logs(&processes));
+    }
 }
 
 /// The shared state_dir of three running processes deleted twice while input arrives:

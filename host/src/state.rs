@@ -321,9 +321,12 @@ impl StateChanges {
     }
 }
 
+/// A stage's changed key: `(stage, (group, key, value))`, `None` a removal.
+pub(crate) type StageEntry<'a> = (u32, (u32, &'a [u8], Option<&'a [u8]>));
+
 /// The entries of `changes` (each sorted, the later ones newer), each key once with its
-/// newest value, as `(stage, (group, key, value))` by stage, group and key.
-pub(crate) fn latest_of<'a>(changes: &[&'a StateChanges]) -> Vec<(u32, (u32, &'a [u8], Option<&'a [u8]>))> {
+/// newest value, by stage, group and key.
+pub(crate) fn latest_of<'a>(changes: &[&'a StateChanges]) -> Vec<StageEntry<'a>> {
     use std::cmp::Reverse;
     let mut runs: Vec<_> = changes.iter().map(|c| c.entries().peekable()).collect();
     // Least (stage, group, key) first (the key's prefix compared before the key); of one
@@ -334,7 +337,7 @@ pub(crate) fn latest_of<'a>(changes: &[&'a StateChanges]) -> Vec<(u32, (u32, &'a
             heads.push(Reverse((changes[run].stage, group, prefix(key), key, Reverse(run))));
         }
     }
-    let mut out: Vec<(u32, (u32, &[u8], Option<&[u8]>))> = Vec::new();
+    let mut out: Vec<StageEntry<'_>> = Vec::new();
     while let Some(Reverse((stage, group, _, key, Reverse(run)))) = heads.pop() {
         let (_, _, value) = runs[run].next().expect("peeked");
         if let Some(&(group, key, _)) = runs[run].peek() {
@@ -353,7 +356,8 @@ mod tests {
 
     #[test]
     fn the_latest_of_several_rounds_keeps_each_key_once_with_its_newest_value() {
-        let round = |stage: u32, entries: &[(u32, &[u8], Option<&[u8]>)]| {
+        type Change<'a> = (u32, &'a [u8], Option<&'a [u8]>);
+        let round = |stage: u32, entries: &[Change<'_>]| {
             let mut changes = StateChanges::new(stage);
             for &(group, key, value) in entries {
                 changes.push(group, key, value);
@@ -365,7 +369,7 @@ mod tests {
         let other_stage = round(1, &[(1, b"a", Some(b"s"))]);
         let newer = round(0, &[(1, b"b", None), (2, b"c", Some(b"2")), (2, b"d", Some(b"2"))]);
         let merged = latest_of(&[&older, &other_stage, &newer]);
-        let want: Vec<(u32, (u32, &[u8], Option<&[u8]>))> = vec![
+        let want: Vec<StageEntry<'_>> = vec![
             (0, (1, b"a", Some(b"1"))),
             (0, (1, b"b", None)),
             (0, (2, b"c", Some(b"2"))),

@@ -30,7 +30,7 @@ use crate::source;
 mod replay;
 pub(crate) mod writer;
 
-use replay::Replayed;
+use replay::read_into_store;
 
 /// How long Kafka may take to answer a metadata or admin request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -224,17 +224,15 @@ pub(crate) fn rebuild_shard(
     store.drop_groups(stages, dropped, &from)?;
     let ends = wait_resolved(job, &topic, &owned, on_stuck)?;
     let start = |group| from.get(&group).map_or(Offset::Beginning, |&position| Offset::Offset(position));
-    let consumer = reader_for(job, &topic, owned.iter().map(|&group| (group, start(group))))?;
-    let mut replayed = Replayed::new(store, key_groups, &job.name, &topic, BTreeMap::new());
+    let starts: Vec<(i32, Offset)> = owned.iter().map(|&group| (group, start(group))).collect();
+    let read = read_into_store(job, store, key_groups, &topic, &starts)?;
     let mut with_state = BTreeMap::new();
-    read_to_end(&consumer, &topic, owned.len() as u32, |partition, offset, message| {
+    for (&partition, &offset) in &read.firsts {
         with_state.entry(shard.partition_of(partition as u32)).or_insert((partition, offset));
-        replayed.add(partition, offset, message)
-    })?;
-    replayed.flush()?;
+    }
     // The read went past `ends` (to stable offsets at or after them).
     store.mark_state(0, &ends)?;
-    Ok(Rebuilt { entries: replayed.entries, with_state, cached: from.len(), positions: ends })
+    Ok(Rebuilt { entries: read.entries, with_state, cached: from.len(), positions: ends })
 }
 
 /// Waits until no transaction is open before the current end of `partitions`: their
@@ -520,14 +518,12 @@ fn replay(
     let what = if from.is_some() { "the changelog's tail" } else { "the whole changelog" };
     tracing::info!(checkpoint = n, topic = %topic, partitions, "replaying keyed state from {what}");
     let key_groups = KeyGroups::new(partitions);
-    let consumer = reader(job, topic, partitions, from)?;
     if from.is_none() {
         store.clear()?;
     }
-    let mut replayed = Replayed::new(store, key_groups, &job.name, topic, from.cloned().unwrap_or_default());
-    read_to_end(&consumer, topic, partitions, |partition, offset, message| replayed.add(partition, offset, message))?;
-    replayed.flush()?;
-    let Replayed { entries, checkpoint, positions, .. } = replayed;
+    let start = |partition| from.and_then(|from| from.get(&partition)).map_or(Offset::Beginning, |&offset| Offset::Offset(offset));
+    let starts: Vec<(i32, Offset)> = (0..partitions as i32).map(|partition| (partition, start(partition))).collect();
+    let replay::Read { entries, checkpoint, positions, .. } = read_into_store(job, store, key_groups, topic, &starts)?;
     let done = |what: &str| {
         tracing::info!(
             checkpoint = n, entries, duration_ms = started.elapsed().as_millis() as u64,

@@ -7,16 +7,71 @@
 
 use std::collections::BTreeMap;
 
+use rdkafka::Offset;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use crate::checkpoint::layout::{self, ChangelogRecord};
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::dataflow::{KeyGroups, TaskFailure};
+use crate::job::Job;
 use crate::state::packed::{self, BaseEnd, Kind, PackedKey};
 use crate::state::{GroupLog, StateChanges};
 
 /// Replayed entries written to the store per batch.
 const WRITE_BATCH: usize = 100_000;
+/// The most threads a replay reads with, each a consumer of its own share of the
+/// partitions (no more than the machine has cores): parsing and the store's writes are
+/// most of a replay's work, and a partition is one key group, independent of the others.
+const MAX_READERS: usize = 4;
+
+/// What a replay read.
+#[derive(Default)]
+pub(super) struct Read {
+    pub(super) entries: u64,
+    /// The last checkpoint record read (partition 0 holds them).
+    pub(super) checkpoint: Option<Checkpoint>,
+    /// Per partition, the offset after the last record read, or where the read began.
+    pub(super) positions: BTreeMap<i32, i64>,
+    /// Per partition that held a record, the first one's offset.
+    pub(super) firsts: BTreeMap<i32, i64>,
+}
+
+/// Reads each of `starts` (a partition, from where) to its end into the store, the
+/// partitions shared out over several threads.
+pub(super) fn read_into_store(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, topic: &str, starts: &[(i32, Offset)]) -> Result<Read, TaskFailure> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let readers = cores.min(MAX_READERS).min(starts.len()).max(1);
+    let shares: Vec<Vec<(i32, Offset)>> = (0..readers).map(|i| starts.iter().skip(i).step_by(readers).copied().collect()).collect();
+    let results: Vec<Result<Read, TaskFailure>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, share)))
+            .collect();
+        handles.into_iter().map(|handle| handle.join().unwrap_or(Err(TaskFailure::Stopped))).collect()
+    });
+    let mut read = Read::default();
+    for result in results {
+        let share = result?;
+        read.entries += share.entries;
+        read.checkpoint = read.checkpoint.or(share.checkpoint);
+        read.positions.extend(share.positions);
+        read.firsts.extend(share.firsts);
+    }
+    Ok(read)
+}
+
+fn read_share(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, topic: &str, share: &[(i32, Offset)]) -> Result<Read, TaskFailure> {
+    let positions = share.iter().filter_map(|&(partition, start)| start.to_raw().filter(|&at| at >= 0).map(|at| (partition, at))).collect();
+    let consumer = super::reader_for(job, topic, share.iter().copied())?;
+    let mut replayed = Replayed::new(store, key_groups, &job.name, topic, positions);
+    let mut firsts = BTreeMap::new();
+    super::read_to_end(&consumer, topic, share.len() as u32, |partition, offset, message| {
+        firsts.entry(partition).or_insert(offset);
+        replayed.add(partition, offset, message)
+    })?;
+    replayed.flush()?;
+    Ok(Read { entries: replayed.entries, checkpoint: replayed.checkpoint, positions: replayed.positions, firsts })
+}
 
 /// A base being read: its id and the chunks read so far.
 struct PendingBase {
@@ -36,15 +91,15 @@ pub(super) struct Replayed<'a> {
     /// Per (stage, group), what the changelog holds of it, for those read.
     logs: BTreeMap<(u32, u32), GroupLog>,
     bases: BTreeMap<(u32, u32), PendingBase>,
-    pub(super) entries: u64,
-    pub(super) checkpoint: Option<Checkpoint>,
+    entries: u64,
+    checkpoint: Option<Checkpoint>,
     /// Per partition, the offset after the last record read.
-    pub(super) positions: BTreeMap<i32, i64>,
+    positions: BTreeMap<i32, i64>,
 }
 
 impl<'a> Replayed<'a> {
     /// Nothing read yet; `positions`: where the read starts, per partition.
-    pub(super) fn new(store: &'a CheckpointStore, key_groups: KeyGroups, job: &'a str, topic: &'a str, positions: BTreeMap<i32, i64>) -> Self {
+    fn new(store: &'a CheckpointStore, key_groups: KeyGroups, job: &'a str, topic: &'a str, positions: BTreeMap<i32, i64>) -> Self {
         Replayed {
             store,
             key_groups,
@@ -60,7 +115,7 @@ impl<'a> Replayed<'a> {
         }
     }
 
-    pub(super) fn add(&mut self, partition: i32, offset: i64, message: &BorrowedMessage<'_>) -> Result<(), TaskFailure> {
+    fn add(&mut self, partition: i32, offset: i64, message: &BorrowedMessage<'_>) -> Result<(), TaskFailure> {
         self.positions.insert(partition, offset + 1);
         let (topic, job) = (self.topic, self.job);
         let foreign = |why: String| {
@@ -195,7 +250,7 @@ impl<'a> Replayed<'a> {
         Ok(())
     }
 
-    pub(super) fn flush(&mut self) -> Result<(), TaskFailure> {
+    fn flush(&mut self) -> Result<(), TaskFailure> {
         for (_, mut changes) in std::mem::take(&mut self.pending) {
             // A key read twice comes twice, in the order read: the later record wins.
             let _ = changes.sort();

@@ -28,7 +28,7 @@ impl StateDir {
     pub fn claim(state_dir: &Path, job: &str, shared: bool) -> Result<(StateDir, CheckpointStore), StoreError> {
         if !shared {
             let claimed = StateDir { job: job.to_owned(), store_dir: state_dir.to_owned(), slot_lock: None };
-            let store = CheckpointStore::open(state_dir, job)?;
+            let store = open_settled(state_dir, job)?;
             return Ok((claimed, store));
         }
         create_dir(state_dir)?;
@@ -38,7 +38,7 @@ impl StateDir {
             let lock_path = state_dir.join(format!("process-{slot}.lock"));
             let Some(lock) = try_lock(&lock_path)? else { continue };
             let store_dir = state_dir.join(format!("process-{slot}"));
-            match CheckpointStore::open(&store_dir, job) {
+            match open_settled(&store_dir, job) {
                 Err(StoreError::Locked { .. }) => continue,
                 opened => {
                     let claimed = StateDir { job: job.to_owned(), store_dir, slot_lock: Some((lock_path, lock)) };
@@ -50,22 +50,25 @@ impl StateDir {
     }
 
     /// Opens the store again, after the last handle to it was dropped. A directory that
-    /// vanished is created anew (and a slot's lock file with it), empty; one still being
-    /// deleted (files left, the store's CURRENT gone) is given a moment to go.
+    /// vanished is created anew, empty; one still being deleted (files left, the store's
+    /// CURRENT gone) is given a moment to go. A scaled-out process whose slot's lock file
+    /// was deleted (with the state_dir) holds nothing any more: another process may have
+    /// claimed that slot meanwhile, so it claims the first free one, as at its start.
     pub fn reopen(&mut self) -> Result<CheckpointStore, StoreError> {
-        wait_while_deleted(&self.store_dir);
-        if let Some((lock_path, lock)) = &mut self.slot_lock
-            && !lock_path.exists()
+        if let Some((lock_path, lock)) = &self.slot_lock
+            && !still_locks(lock_path, lock)
         {
-            if let Some(parent) = lock_path.parent() {
-                create_dir(parent)?;
-            }
-            *lock = try_lock(lock_path)?.ok_or_else(|| StoreError::Locked {
-                dir: self.store_dir.clone(),
-                detail: format!("{} was deleted and another process locked it anew", lock_path.display()),
-            })?;
+            let state_dir = lock_path.parent().expect("a slot's lock file is in the state_dir").to_owned();
+            tracing::warn!(
+                "{} was deleted: claiming a slot of the state_dir {} anew",
+                lock_path.display(),
+                state_dir.display()
+            );
+            let (claimed, store) = StateDir::claim(&state_dir, &self.job, true)?;
+            *self = claimed;
+            return Ok(store);
         }
-        CheckpointStore::open(&self.store_dir, &self.job)
+        open_settled(&self.store_dir, &self.job)
     }
 
     /// The store's directory.
@@ -85,6 +88,45 @@ fn wait_while_deleted(dir: &Path) {
     while half_gone() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Opens the store in `dir`, allowing for a deletion of it under way (someone deleting
+/// the state_dir while this process starts or reopens it): while `dir` holds files but
+/// no store, or after an open that failed while files vanished from it, it waits and tries again, for
+/// at most `DELETION_WAIT`. What is left then, `CheckpointStore::open` judges.
+fn open_settled(dir: &Path, job: &str) -> Result<CheckpointStore, StoreError> {
+    let deadline = Instant::now() + DELETION_WAIT;
+    loop {
+        wait_while_deleted(dir);
+        let before = listing(dir);
+        match CheckpointStore::open(dir, job) {
+            Err(error) if Instant::now() < deadline && !matches!(error, StoreError::Locked { .. }) && vanished(&before, dir) => {
+                tracing::debug!("{} changed while it was opened ({error}); trying again", dir.display());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether a name of `before` is no longer in `dir` (RocksDB's open only adds files).
+fn vanished(before: &std::collections::BTreeSet<std::ffi::OsString>, dir: &Path) -> bool {
+    let now = listing(dir);
+    before.iter().any(|name| !now.contains(name))
+}
+
+/// The names in `dir` (none if it cannot be read).
+fn listing(dir: &Path) -> std::collections::BTreeSet<std::ffi::OsString> {
+    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    entries.map(|entry| entry.file_name()).collect()
+}
+
+/// Whether the lock file at `path` is still the one `lock` holds (not deleted, nor
+/// deleted and made anew).
+fn still_locks(path: &Path, lock: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |metadata: &std::fs::Metadata| (metadata.dev(), metadata.ino());
+    matches!((std::fs::metadata(path), lock.metadata()), (Ok(at_path), Ok(held)) if id(&at_path) == id(&held))
 }
 
 fn create_dir(dir: &Path) -> Result<(), StoreError> {

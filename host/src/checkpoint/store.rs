@@ -197,6 +197,9 @@ struct Manifest {
 pub struct CheckpointStore {
     db: DB,
     dir: PathBuf,
+    /// The directory's device and inode at open: a directory of that name made anew
+    /// (deleted and created again, by someone or by another process) is not this store's.
+    identity: Option<(u64, u64)>,
     job: String,
     /// `[CHECKPOINTS, len(job), job..]`: the start of every key of this job.
     prefix: Vec<u8>,
@@ -210,6 +213,12 @@ const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<CheckpointStore>();
 };
+
+/// A directory's device and inode; `None` if it cannot be read.
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|metadata| (metadata.dev(), metadata.ino()))
+}
 
 impl std::fmt::Debug for CheckpointStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -264,6 +273,7 @@ impl CheckpointStore {
         options.set_max_log_file_size(16 << 20);
         options.set_max_manifest_file_size(64 << 20);
 
+        let identity = identity(dir);
         let db = DB::open(&options, dir).map_err(|e| open_error(dir, e))?;
         let mut prefix = Vec::with_capacity(2 + job.len());
         prefix.push(CHECKPOINTS);
@@ -272,6 +282,7 @@ impl CheckpointStore {
         let store = CheckpointStore {
             db,
             dir: dir.to_owned(),
+            identity,
             job: job.to_owned(),
             prefix,
             unsealed: Mutex::new(BTreeMap::new()),
@@ -284,7 +295,7 @@ impl CheckpointStore {
     /// RocksDB goes on writing into files that no longer have a name until it needs a
     /// new one, then fails; a new store in a new directory is what can go on.
     pub fn check_present(&self) -> Result<(), StoreError> {
-        match self.dir.join("CURRENT").is_file() {
+        match self.dir.join("CURRENT").is_file() && identity(&self.dir) == self.identity {
             true => Ok(()),
             false => Err(StoreError::Vanished { dir: self.dir.clone() }),
         }

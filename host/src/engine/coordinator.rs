@@ -26,8 +26,10 @@ use crate::state::StateChanges;
 use super::fault::{self, Step};
 use super::watchdog::Watchdog;
 
-/// How soon after it starts a scaled-out process commits its first checkpoint.
-const FIRST_SHARD_CHECKPOINT: Duration = Duration::from_millis(100);
+/// How soon after it starts an attempt commits its first checkpoint (at most): after a
+/// restart, or in a scaled-out process that took partitions over, output shows again
+/// without waiting a whole interval.
+const FIRST_CHECKPOINT: Duration = Duration::from_millis(100);
 /// How often the idle coordinator looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
@@ -93,10 +95,7 @@ pub(super) enum Outcome {
 
 impl Coordinator<'_> {
     pub(super) fn run(&mut self) -> Result<Outcome, TaskFailure> {
-        // A scaled-out process's first checkpoint comes at once: the partitions it took
-        // over show output again without waiting a whole interval.
-        let first = if self.scaled_out { self.interval.min(FIRST_SHARD_CHECKPOINT) } else { self.interval };
-        let mut due = Instant::now() + first;
+        let mut due = Instant::now() + self.interval.min(FIRST_CHECKPOINT);
         loop {
             let stopping = self.idle_until(due)?;
             // The interval runs from one barrier to the next, as in Flink: a checkpoint
