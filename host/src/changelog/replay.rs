@@ -47,7 +47,8 @@ pub(super) fn read_into_store(job: &Job, store: &CheckpointStore, key_groups: Ke
             .iter()
             .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, share)))
             .collect();
-        handles.into_iter().map(|handle| handle.join().unwrap_or(Err(TaskFailure::Stopped))).collect()
+        // A reader's panic is the caller's, as if it had read alone.
+        handles.into_iter().map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
     });
     let mut read = Read::default();
     for result in results {

@@ -110,7 +110,7 @@ impl<'a> ChangelogWriter<'a> {
                     bases += 1;
                     (written, base)
                 }
-                false => self.write_segments(group, &log, run)?,
+                false => self.write_segments(group, &log, run, run_bytes)?,
             };
             let ((r, b), log) = written;
             (records, bytes) = (records + r, bytes + b);
@@ -135,9 +135,9 @@ impl<'a> ChangelogWriter<'a> {
         Ok(())
     }
 
-    /// The group's changes as segments after its base; returns (records, bytes) and
-    /// what the changelog then holds of the group.
-    fn write_segments(&mut self, group: u32, log: &GroupLog, run: &[Entry<'_>]) -> Result<((u64, u64), GroupLog), TaskFailure> {
+    /// The group's changes (`run`, of `run_bytes` keys and values) as segments after its
+    /// base; returns (records, bytes) and what the changelog then holds of the group.
+    fn write_segments(&mut self, group: u32, log: &GroupLog, run: &[Entry<'_>], run_bytes: u64) -> Result<((u64, u64), GroupLog), TaskFailure> {
         let mut log = *log;
         let (mut records, mut bytes) = (0, 0);
         for &(_, key, value) in run {
@@ -149,7 +149,7 @@ impl<'a> ChangelogWriter<'a> {
         }
         bytes += self.flush(Kind::Segment, group, log.base, log.segments)?;
         (records, log.segments) = (records + 1, log.segments + 1);
-        log.segment_bytes += run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum::<u64>();
+        log.segment_bytes += run_bytes;
         Ok(((records, bytes), log))
     }
 

@@ -173,24 +173,16 @@ impl CheckpointStore {
         let base = self.state_base()?.n;
         let start = self.state_key(stage, groups.start, b"");
         let end = self.state_key(stage, groups.end, b"");
-        let snapshot = self.db.snapshot();
-        let mut iter = snapshot.raw_iterator();
-        iter.seek(&start);
         let mut chunks = RestoreChunks::new(chunk_bytes);
         let mut entries = 0;
-        while let Some((key, value)) = iter.item() {
-            if key >= &end[..] {
-                break;
-            }
-            let value = unframe(key, value).map_err(|detail| self.state_corrupt(base, detail))?;
-            let user_key = &key[start.len()..];
-            if let Some(full) = chunks.push(user_key, value) {
+        let what = || format!("reading the state of stage {stage}");
+        self.scan(&start, &end, base, what, |key, value| -> Result<(), E> {
+            if let Some(full) = chunks.push(&key[start.len()..], value) {
                 f(full)?;
             }
             entries += 1;
-            iter.next();
-        }
-        iter.status().map_err(|source| self.rocks(format!("reading the state of stage {stage}"), source))?;
+            Ok(())
+        })?;
         if let Some(last) = chunks.finish() {
             f(last)?;
         }
@@ -202,40 +194,50 @@ impl CheckpointStore {
     pub fn scan_group<E: From<StoreError>>(&self, stage: u32, group: u32, mut f: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
         let start = self.state_key(stage, group, b"");
         let end = self.state_key(stage, group + 1, b"");
-        let snapshot = self.db.snapshot();
-        let mut iter = snapshot.raw_iterator();
-        iter.seek(&start);
-        while let Some((key, value)) = iter.item() {
-            if key >= &end[..] {
-                break;
-            }
-            let value = unframe(key, value).map_err(|detail| self.state_corrupt(0, detail))?;
-            f(&key[start.len()..], value)?;
-            iter.next();
-        }
-        iter.status().map_err(|source| self.rocks(format!("reading key group {group} of stage {stage}"), source))?;
-        Ok(())
+        let what = || format!("reading key group {group} of stage {stage}");
+        self.scan(&start, &end, 0, what, |key, value| f(&key[start.len()..], value))
     }
 
     /// What the changelog holds of each of `stage`'s `groups` that it holds anything of.
     pub fn group_logs(&self, stage: u32, groups: Range<u32>) -> Result<BTreeMap<u32, GroupLog>, StoreError> {
         let (start, end) = (self.ledger_key(stage, groups.start), self.ledger_key(stage, groups.end));
-        let mut iter = self.db.raw_iterator();
-        iter.seek(&start);
         let mut logs = BTreeMap::new();
-        while let Some((key, value)) = iter.item() {
-            if key >= &end[..] {
-                break;
-            }
-            let corrupt = |detail: String| self.state_corrupt(0, detail);
-            let payload = unframe(key, value).map_err(corrupt)?;
-            let log = GroupLog::decode(payload).ok_or_else(|| corrupt(format!("a changelog ledger entry of {} bytes", payload.len())))?;
+        let what = || format!("reading the changelog ledger of stage {stage}");
+        self.scan(&start, &end, 0, what, |key, payload| -> Result<(), StoreError> {
+            let detail = || format!("a changelog ledger entry of {} bytes", payload.len());
+            let log = GroupLog::decode(payload).ok_or_else(|| self.state_corrupt(0, detail()))?;
             let group = key[key.len() - 4..].try_into().map(u32::from_be_bytes).expect("4 bytes");
             logs.insert(group, log);
+            Ok(())
+        })?;
+        Ok(logs)
+    }
+
+    /// Calls `f` with each key in `start..end` and its value unframed, in key order, as
+    /// they are at this call (a snapshot: a fold meanwhile is not seen). A value that
+    /// does not unframe is corrupt state of checkpoint `n`; `what` names the read in
+    /// RocksDB's errors.
+    fn scan<E: From<StoreError>>(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        n: u64,
+        what: impl FnOnce() -> String,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let snapshot = self.db.snapshot();
+        let mut iter = snapshot.raw_iterator();
+        iter.seek(start);
+        while let Some((key, value)) = iter.item() {
+            if key >= end {
+                break;
+            }
+            let value = unframe(key, value).map_err(|detail| self.state_corrupt(n, detail))?;
+            f(key, value)?;
             iter.next();
         }
-        iter.status().map_err(|source| self.rocks(format!("reading the changelog ledger of stage {stage}"), source))?;
-        Ok(logs)
+        iter.status().map_err(|source| self.rocks(what(), source))?;
+        Ok(())
     }
 
     /// Writes what a replay learned of the changelog: each `(stage, group, log)`.
