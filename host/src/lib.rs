@@ -1,8 +1,9 @@
 //! weir: exactly-once stream processing from Kafka through WebAssembly operators to
 //! Kafka. The modules follow the data path: `job` describes it, `source` reads Kafka,
 //! `operator` runs plugins, `sink` writes Kafka, `checkpoint` keeps state durable, and
-//! `engine` wires them into tasks, drives checkpoints and keeps the job running. The
-//! words the tasks exchange live in `dataflow`, below all of them (ARCHITECTURE.md).
+//! `engine` wires them into tasks, drives checkpoints and keeps the job running;
+//! `metrics` is what it shows and `status` serves that. The words the tasks exchange
+//! live in `dataflow`, below all of them (ARCHITECTURE.md).
 
 pub mod batch;
 mod changelog;
@@ -16,3 +17,4 @@ pub mod operator;
 pub mod sink;
 pub mod source;
 pub mod state;
+pub mod status;

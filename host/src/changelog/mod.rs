@@ -24,6 +24,7 @@ use crate::checkpoint::layout;
 use crate::checkpoint::store::{CheckpointStore, StateBase};
 use crate::dataflow::{KeyGroups, Shard, TaskFailure};
 use crate::job::{Delivery, Job};
+use crate::metrics::progress;
 use crate::sink::{Sink, SinkError};
 use crate::source;
 
@@ -373,18 +374,27 @@ pub(crate) fn reseed(
     let ends = Ends::new(job)?.all(key_groups.count())?;
     store.begin_reseed(n, &ends)?;
     let (mut entries, mut transactions, mut pending) = (0, 0, 0);
+    // Key by key group: keys hash evenly over them, so groups done tell the time left.
+    let running = progress::begin("writing the state_dir's state into the changelog again", "key groups");
+    running.work().expect(u64::from(stages) * u64::from(key_groups.count()));
     for stage in 0..stages {
         let mut writer = StateWriter::new(sink, &topic, stage);
-        entries += store.read_state(stage, 0..key_groups.count(), RESEED_CHUNK_BYTES, |chunk| -> Result<(), TaskFailure> {
-            for (key, state) in chunk.iter() {
-                pending += writer.send(key_groups.group_of(Some(key)), key, state)?;
-            }
-            if pending >= RESEED_TRANSACTION_BYTES {
-                sink.commit_alone()?;
-                (transactions, pending) = (transactions + 1, 0);
-            }
-            Ok(())
-        })?;
+        for group in 0..key_groups.count() {
+            let mut bytes = 0;
+            let read = store.read_state(stage, group..group + 1, RESEED_CHUNK_BYTES, |chunk| -> Result<(), TaskFailure> {
+                for (key, state) in chunk.iter() {
+                    let sent = writer.send(key_groups.group_of(Some(key)), key, state)?;
+                    (pending, bytes) = (pending + sent, bytes + sent);
+                }
+                if pending >= RESEED_TRANSACTION_BYTES {
+                    sink.commit_alone()?;
+                    (transactions, pending) = (transactions + 1, 0);
+                }
+                Ok(())
+            })?;
+            entries += read;
+            running.work().add(1, read, bytes as u64);
+        }
     }
     sink.send_checkpoint_record(&topic, &layout::checkpoint_record(&store.load(n)?))?;
     before_last_commit();

@@ -6,14 +6,17 @@
 //! store learns what the changelog holds of each group (`GroupLog`) from the same read.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rdkafka::Offset;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use crate::checkpoint::layout::{self, ChangelogRecord};
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::dataflow::{KeyGroups, TaskFailure};
 use crate::job::Job;
+use crate::metrics::progress::{self, Work};
 use crate::state::packed::{self, BaseEnd, Kind, PackedKey};
 use crate::state::{GroupLog, StateChanges};
 
@@ -23,6 +26,9 @@ const WRITE_BATCH: usize = 100_000;
 /// partitions (no more than the machine has cores): parsing and the store's writes are
 /// most of a replay's work, and a partition is one key group, independent of the others.
 const MAX_READERS: usize = 4;
+
+/// How long the broker may take to say where a partition ends, for the progress estimate.
+const PROGRESS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a replay read.
 #[derive(Default)]
@@ -42,10 +48,12 @@ pub(super) fn read_into_store(job: &Job, store: &CheckpointStore, key_groups: Ke
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let readers = cores.min(MAX_READERS).min(starts.len()).max(1);
     let shares: Vec<Vec<(i32, Offset)>> = (0..readers).map(|i| starts.iter().skip(i).step_by(readers).copied().collect()).collect();
+    let running = progress::begin("restoring keyed state from the changelog", "offsets");
+    let work = running.work();
     let results: Vec<Result<Read, TaskFailure>> = std::thread::scope(|scope| {
         let handles: Vec<_> = shares
             .iter()
-            .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, share)))
+            .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, share, work)))
             .collect();
         // A reader's panic is the caller's, as if it had read alone.
         handles.into_iter().map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
@@ -61,17 +69,70 @@ pub(super) fn read_into_store(job: &Job, store: &CheckpointStore, key_groups: Ke
     Ok(read)
 }
 
-fn read_share(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, topic: &str, share: &[(i32, Offset)]) -> Result<Read, TaskFailure> {
+fn read_share(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, topic: &str, share: &[(i32, Offset)], work: &Work) -> Result<Read, TaskFailure> {
     let positions = share.iter().filter_map(|&(partition, start)| start.to_raw().filter(|&at| at >= 0).map(|at| (partition, at))).collect();
     let consumer = super::reader_for(job, topic, share.iter().copied())?;
     let mut replayed = Replayed::new(store, key_groups, &job.name, topic, positions);
     let mut firsts = BTreeMap::new();
+    let mut counted = Counted::expect(&consumer, topic, share, work);
     super::read_to_end(&consumer, topic, share.len() as u32, |partition, offset, message| {
         firsts.entry(partition).or_insert(offset);
+        counted.read(partition, offset, message.payload_len() as u64, replayed.entries, work);
         replayed.add(partition, offset, message)
     })?;
     replayed.flush()?;
+    counted.flush(replayed.entries, work);
     Ok(Read { entries: replayed.entries, checkpoint: replayed.checkpoint, positions: replayed.positions, firsts })
+}
+
+/// One reader's progress, handed to the shared counters in batches.
+struct Counted {
+    /// Per partition, the offset read up to (where the read began, at first).
+    at: BTreeMap<i32, i64>,
+    offsets: u64,
+    bytes: u64,
+    entries: u64,
+    records: u32,
+}
+
+/// Records a reader counts before it adds them to the shared counters.
+const COUNT_EVERY: u32 = 256;
+
+impl Counted {
+    /// Expects, per partition, the offsets from where its read begins to its end now.
+    /// A partition whose offsets the broker does not give in time is left out of the
+    /// estimate, not the read.
+    fn expect(consumer: &BaseConsumer<super::Reader>, topic: &str, share: &[(i32, Offset)], work: &Work) -> Counted {
+        let mut at = BTreeMap::new();
+        for &(partition, start) in share {
+            match consumer.fetch_watermarks(topic, partition, PROGRESS_TIMEOUT) {
+                Ok((low, high)) => {
+                    let from = start.to_raw().filter(|&offset| offset >= 0).map_or(low, |offset| offset.max(low));
+                    work.expect(high.saturating_sub(from).max(0) as u64);
+                    at.insert(partition, from);
+                }
+                Err(error) => tracing::debug!(topic, partition, "restore progress unknown for this partition: {error}"),
+            }
+        }
+        Counted { at, offsets: 0, bytes: 0, entries: 0, records: 0 }
+    }
+
+    fn read(&mut self, partition: i32, offset: i64, bytes: u64, entries: u64, work: &Work) {
+        if let Some(at) = self.at.get_mut(&partition) {
+            self.offsets += (offset + 1).saturating_sub(*at).max(0) as u64;
+            *at = offset + 1;
+        }
+        self.bytes += bytes;
+        self.records += 1;
+        if self.records >= COUNT_EVERY {
+            self.flush(entries, work);
+        }
+    }
+
+    fn flush(&mut self, entries: u64, work: &Work) {
+        work.add(self.offsets, entries - self.entries, self.bytes);
+        (self.offsets, self.bytes, self.entries, self.records) = (0, 0, entries, 0);
+    }
 }
 
 /// A base being read: its id and the chunks read so far.

@@ -5,6 +5,7 @@ mod check;
 mod new;
 mod run;
 mod snapshot_file;
+mod status;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,9 @@ enum Command {
     /// Write a plugin skeleton in one language, with a job file, into plugins/NAME:
     /// it builds with `scripts/build-plugins NAME` and passes `weir check` as it stands.
     New(new::NewArgs),
+    /// Show a running job's status (graph, checkpoints, lag, watermarks, restarts) from
+    /// its status address, for a terminal without a browser.
+    Status(status::StatusArgs),
 }
 
 impl Cli {
@@ -49,6 +53,7 @@ impl Cli {
             Command::Check(args) => check::run(*args),
             Command::Run(args) => run::run(args),
             Command::New(args) => new::run(args),
+            Command::Status(args) => status::run(args),
         }
     }
 }

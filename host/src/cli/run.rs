@@ -11,22 +11,25 @@ use anyhow::Context;
 use clap::Args;
 use weir::checkpoint::state_dir::StateDir;
 use weir::engine::{Engine, Options};
-use weir::metrics::{Metrics, MetricsServer};
+use weir::metrics::Metrics;
 use weir::operator::{LoadLimits, Plugin, Runtime, RuntimeConfig};
+use weir::status::Status;
+use weir::status::server::Server;
 
 #[derive(Args)]
 pub(super) struct RunArgs {
     /// The job file (TOML); see the README for its keys.
     job: PathBuf,
-    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one. An
+    /// Where to serve the status page (`GET /`), its JSON (`GET /api/v1/job`) and
+    /// Prometheus metrics (`GET /metrics`), all read-only; port 0 picks a free one. An
     /// address given here that cannot be bound is an error; by default weir serves on
     /// 127.0.0.1:9464 or, when another job holds it, a free port (the log says which).
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
 }
 
-/// Where metrics are served unless `--metrics-addr` says otherwise.
-const DEFAULT_METRICS_ADDR: SocketAddr =
+/// Where metrics and the status page are served unless `--metrics-addr` says otherwise.
+pub(super) const DEFAULT_METRICS_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9464);
 
 pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -59,15 +62,18 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     let state_dir = StateDir::claim(&job.state_dir, &job.name, job.scale_out)?;
 
     let metrics = Metrics::new();
+    let status = Arc::new(Status::new(&job, &plugins, metrics.clone()));
+    control.spawn(sample_rates(Arc::clone(&status)));
     let server = match args.metrics_addr {
-        Some(addr) => Some(control.block_on(MetricsServer::bind(addr, metrics.clone()))?),
-        None => control.block_on(MetricsServer::bind_default(DEFAULT_METRICS_ADDR, metrics.clone())),
+        Some(addr) => Some(control.block_on(Server::bind(addr, Arc::clone(&status)))?),
+        None => control.block_on(Server::bind_default(DEFAULT_METRICS_ADDR, status)),
     };
     if let Some(server) = server {
-        tracing::info!("metrics at http://{}/metrics", server.local_addr()?);
+        let at = server.local_addr()?;
+        tracing::info!("status page at http://{at}/ (its JSON at /api/v1/job; metrics at http://{at}/metrics)");
         control.spawn(async move {
             if let Err(e) = server.run().await {
-                tracing::error!("the metrics endpoint stopped: {e}");
+                tracing::error!("the status page and metrics endpoint stopped: {e}");
             }
         });
     }
@@ -76,6 +82,16 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     engine.run()?;
     tracing::info!("stopped after committing a final checkpoint");
     Ok(())
+}
+
+/// Samples the operators' counters once a second for their rates.
+async fn sample_rates(status: Arc<Status>) {
+    let mut every = tokio::time::interval(weir::status::SAMPLE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        status.rates().sample(status.metrics());
+    }
 }
 
 /// SIGTERM and SIGINT, listened for.

@@ -19,6 +19,7 @@ use crate::checkpoint::layout;
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::dataflow::{Event, InputTopics, TaskFailure};
 use crate::metrics::Metrics;
+use crate::metrics::history::{self, CheckpointEntry};
 use crate::sink::{self, Sink};
 use crate::source::Control;
 use crate::state::StateChanges;
@@ -102,7 +103,11 @@ impl Coordinator<'_> {
             // that took part of it does not delay the next one.
             due = Instant::now() + self.interval;
             let n = self.next;
-            self.checkpoint(n)?;
+            let started = Instant::now();
+            if let Err(failure) = self.checkpoint(n) {
+                self.metrics.history().failed(n, started.elapsed(), &failure);
+                return Err(failure);
+            }
             self.next += 1;
             if stopping {
                 return Ok(Outcome::Stopped);
@@ -217,6 +222,17 @@ impl Coordinator<'_> {
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
+        self.metrics.history().committed(CheckpointEntry {
+            id: n,
+            started_at_ms: history::now_ms().saturating_sub(duration.as_millis() as u64),
+            duration_ms: duration.as_millis() as u64,
+            committed: true,
+            error: None,
+            state_changes: changed,
+            changelog_records: records,
+            changelog_bytes: record_bytes,
+            bases,
+        });
         tracing::info!(
             checkpoint = n,
             duration_ms = duration.as_millis() as u64,

@@ -21,6 +21,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{ClientContext, TopicPartitionList};
 
 use crate::dataflow::TaskFailure;
+use crate::metrics::history::Phase;
 use crate::job::Job;
 use crate::sink::Member;
 use crate::source;
@@ -128,6 +129,7 @@ impl<'a> Shares<'a> {
             }
             let owned = owned?;
             self.engine.options.metrics.group().owned_partitions.set(owned.len() as i64);
+            self.engine.options.metrics.history().membership(member_id(self.consumer), &owned);
             if let Some(attempt) = running.take_if(|attempt| attempt.handle.is_finished()) {
                 self.ended(attempt)?;
             }
@@ -173,6 +175,7 @@ impl<'a> Shares<'a> {
         let (gained, lost) = difference(&self.last_owned, &owned);
         if !gained.is_empty() || !lost.is_empty() {
             self.engine.options.metrics.group().rebalances.inc();
+            self.engine.options.metrics.history().rebalanced(&owned, &gained, &lost);
             tracing::info!(partitions = ?owned, ?gained, ?lost, "this process's partitions changed; restoring them");
         }
         self.last_owned.clone_from(&owned);
@@ -220,6 +223,7 @@ impl<'a> Shares<'a> {
             TaskFailure::Operator { origins, .. } => self.records.suspects.extend(origins.iter().copied()),
             TaskFailure::Poisoned { origin, .. } => {
                 tracing::warn!("{failure}");
+                self.engine.options.metrics.history().restarted(&failure, Duration::ZERO);
                 self.records.poisoned.insert(*origin);
                 return Ok(());
             }
@@ -230,6 +234,7 @@ impl<'a> Shares<'a> {
             return Err(failure);
         };
         self.engine.options.metrics.restarts().inc();
+        self.engine.options.metrics.history().restarted(&failure, backoff);
         tracing::warn!("attempt failed: {failure}; restarting from the last committed checkpoint in {backoff:?}");
         self.not_before = Instant::now() + backoff;
         Ok(())
@@ -256,10 +261,12 @@ fn attempt(
     let job = &engine.job;
     let metrics = &engine.options.metrics;
     let abandoned = || control.abandon.load(Ordering::Relaxed);
+    metrics.history().phase(Phase::Recovering);
     engine.with_store(|store| {
         let recovered = recover::recover_shard(job, &engine.plugins, store, metrics, owned, member, &abandoned)?;
         if let Some(changed_at) = changed_at {
             metrics.group().rebalance_millis.set(changed_at.elapsed().as_millis() as i64);
+            metrics.history().rebalance_took(changed_at.elapsed());
         }
         graph::execute(engine, store, recovered, records, &control.stop, Some(&control.abandon))
     })

@@ -21,6 +21,7 @@ use crate::checkpoint::state_dir::StateDir;
 use crate::checkpoint::store::CheckpointStore;
 use crate::job::Job;
 use crate::metrics::Metrics;
+use crate::metrics::history::Phase;
 use crate::operator::{OperatorInstance, Plugin};
 use coordinator::Outcome;
 use restart::RestartBudget;
@@ -102,6 +103,7 @@ impl Engine {
             if let TaskFailure::Poisoned { origin, .. } = &failure {
                 // Progress, not a fault: each record is found once, so the budget stays.
                 tracing::warn!("{failure}");
+                self.options.metrics.history().restarted(&failure, std::time::Duration::ZERO);
                 records.poisoned.insert(*origin);
                 continue;
             }
@@ -110,6 +112,7 @@ impl Engine {
                 return Err(failure);
             };
             self.options.metrics.restarts().inc();
+            self.options.metrics.history().restarted(&failure, backoff);
             tracing::warn!("attempt failed: {failure}; restarting from the last committed checkpoint in {backoff:?}");
             std::thread::sleep(backoff);
         }
@@ -130,6 +133,7 @@ impl Engine {
 
     /// One attempt: recover, then run the task graph until the coordinator returns.
     fn attempt(&self, records: &Records, started_once: &mut bool) -> Result<Outcome, TaskFailure> {
+        self.options.metrics.history().phase(Phase::Recovering);
         self.with_store(|store| {
             let recovered = recover::recover(&self.job, &self.plugins, store, &self.options.metrics)?;
             *started_once = true;

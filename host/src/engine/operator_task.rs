@@ -201,6 +201,7 @@ impl OperatorTask<'_> {
 
     fn advance(&mut self, watermark: i64) -> Result<(), TaskFailure> {
         self.watermark = watermark;
+        self.metrics.watermark.set(watermark);
         let output = self.instance.on_watermark_emitted(watermark).map_err(TaskFailure::operator)?;
         self.emit(output)?;
         self.marker(Message::Watermark(watermark))

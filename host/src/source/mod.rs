@@ -12,7 +12,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
 use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Records, Shard, TaskFailure, input_id, kafka_partition};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PartitionMetrics};
 
 mod bootstrap;
 pub mod config;
@@ -103,7 +103,9 @@ impl SourceTask {
     fn start_lag(&self) -> BTreeMap<i32, i64> {
         let mut ends = BTreeMap::new();
         for state in self.partitions.values() {
-            let lag = self.metrics.consumer_lag(&self.topic, state.partition);
+            let series = self.metrics.partition(&self.topic, state.partition);
+            self.show_watermark(&series, state.partition);
+            let lag = series.lag;
             match self.fetcher.consumer().fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
                 Ok((_, high)) => {
                     lag.set((high - state.next_offset).max(0));
@@ -244,9 +246,11 @@ impl SourceTask {
     fn tick(&self, activity: &mut Activity) {
         let positions = self.read_positions();
         for (&partition, &read) in &positions {
+            let series = self.metrics.partition(&self.topic, partition);
             if let Some(high) = self.fetcher.cached_high_watermark(partition) {
-                self.metrics.consumer_lag(&self.topic, partition).set((high - read).max(0));
+                series.lag.set((high - read).max(0));
             }
+            self.show_watermark(&series, partition);
         }
         for partition in activity.quiet(&self.partitions, Instant::now()) {
             if self.drained(partition, positions[&partition]) {
@@ -256,6 +260,14 @@ impl SourceTask {
                 );
                 activity.set_idle(partition, self.partitions[&partition].next_offset);
             }
+        }
+    }
+
+    /// A partition's own watermark, once it has read an event time.
+    fn show_watermark(&self, series: &PartitionMetrics, partition: i32) {
+        let max = self.partitions[&partition].max_timestamp;
+        if max > i64::MIN {
+            series.watermark.set(max.saturating_sub(self.max_out_of_orderness_ms));
         }
     }
 

@@ -1,0 +1,322 @@
+//! The HTTP side of `--metrics-addr` (by default 127.0.0.1:9464, or a free port when
+//! another job holds it), on axum: `GET /` the status page, `GET /api/v1/job` its JSON,
+//! `GET /metrics` Prometheus text. Read-only, GET only, a bounded number of requests at
+//! once, each answered within a deadline.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::encoding::prometheus_text;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use super::Status;
+
+/// Requests answered at once; more wait for a slot (a page refreshes every 2 s).
+const MAX_REQUESTS: usize = 16;
+/// Deadline for answering one request, waiting for a slot included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+const PAGE: &str = include_str!("page/index.html");
+const SCRIPT: &str = include_str!("page/app.js");
+const STYLE: &str = include_str!("page/style.css");
+/// Where the page's first state goes, so that it renders before its first refresh.
+const INITIAL_STATE: &str = "<!-- initial state -->";
+/// Scripts and styles from this origin only; the page's state is a JSON data block.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:";
+
+/// A bound endpoint, not yet serving: lets the caller learn the port of `:0`.
+pub struct Server {
+    listener: TcpListener,
+    status: Arc<Status>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    status: Arc<Status>,
+    slots: Arc<Semaphore>,
+}
+
+impl Server {
+    /// Binds `addr`; failure names the address and what to do.
+    pub async fn bind(addr: SocketAddr, status: Arc<Status>) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr).await.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot serve metrics and the status page on {addr}: {e}; pass another --metrics-addr or stop the process that holds it"),
+            )
+        })?;
+        Ok(Server { listener, status })
+    }
+
+    /// Binds `preferred`, a default the user did not choose; when it cannot be had (another
+    /// job on this host holds it), a free port on the same interface, with a warning
+    /// naming both and how to choose. `None` only when no port at all can be bound: a
+    /// default address never stops a job from starting.
+    pub async fn bind_default(preferred: SocketAddr, status: Arc<Status>) -> Option<Self> {
+        let error = match Self::bind(preferred, Arc::clone(&status)).await {
+            Ok(server) => return Some(server),
+            Err(error) => error,
+        };
+        let fallback = SocketAddr::new(preferred.ip(), 0);
+        match Self::bind(fallback, status).await {
+            Ok(server) => {
+                let at = server.local_addr().map_or_else(|_| fallback.to_string(), |a| a.to_string());
+                tracing::warn!(
+                    "the default address {preferred} is unavailable ({}); serving metrics and the status page on {at} \
+                     instead; pass --metrics-addr to choose one",
+                    error.kind()
+                );
+                Some(server)
+            }
+            Err(fallback_error) => {
+                tracing::warn!("metrics and the status page not served: {error}; {fallback_error}");
+                None
+            }
+        }
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Answers until the task is dropped; returns only if serving fails for good.
+    pub async fn run(self) -> io::Result<()> {
+        let shared = Shared { status: self.status, slots: Arc::new(Semaphore::new(MAX_REQUESTS)) };
+        axum::serve(self.listener, router(shared)).await
+    }
+}
+
+fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/api/v1/job", get(job))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "weir serves /, /api/v1/job and /metrics\n") })
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), bounded))
+        .with_state(shared)
+}
+
+/// Each request waits for one of [`MAX_REQUESTS`] slots and is answered within
+/// [`REQUEST_TIMEOUT`]; every answer says it is not to be framed or sniffed.
+async fn bounded(State(shared): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let answer = async {
+        let _slot = shared.slots.acquire().await.expect("never closed");
+        next.run(request).await
+    };
+    let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
+        Ok(response) => response,
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy: try again\n").into_response(),
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    response
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+}
+
+async fn page(State(shared): State<Shared>) -> Response {
+    let state = data_block(&shared.status.job());
+    let body = PAGE.replacen(INITIAL_STATE, &state, 1);
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body).into_response()
+}
+
+/// The job's JSON as a data block in the page: `<` escaped, so that no string in it
+/// (a failure's message quoting a record) can close the element.
+fn data_block(job: &super::api::JobStatus) -> String {
+    let json = serde_json::to_string(job).expect("the status serializes");
+    format!(r#"<script id="initial" type="application/json">{}</script>"#, json.replace('<', "\\u003c"))
+}
+
+async fn job(State(shared): State<Shared>) -> Response {
+    let json = serde_json::to_string(&shared.status.job()).expect("the status serializes");
+    ([(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")], json).into_response()
+}
+
+async fn metrics(State(shared): State<Shared>) -> Response {
+    let text = shared.status.metrics().render();
+    ([(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], text).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::metrics::history::CheckpointEntry;
+
+    const JOB: &str = r#"name = "clicks-per-user"
+parallelism = 2
+checkpoint_interval_ms = 1000
+state_dir = "state"
+
+[source]
+brokers = "127.0.0.1:9092"
+topic = "clicks"
+
+[[operators]]
+name = "count"
+plugin = "count.wasm"
+key_by = true
+
+[sink]
+brokers = "127.0.0.1:9092"
+topic = "counts"
+"#;
+
+    fn status(metrics: Metrics) -> Arc<Status> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::write(dir.path().join("count.wasm"), b"\0asm").expect("a plugin file");
+        let job = crate::job::parse(JOB, dir.path()).expect("the job parses");
+        let plugins = vec![("count.wasm".to_owned(), "weir:operator@0.3.0".to_owned())];
+        Arc::new(Status::described(&job, plugins, metrics))
+    }
+
+    /// `method path` over a real TCP connection; the whole response.
+    async fn request(addr: SocketAddr, method: &str, path: &str) -> String {
+        let mut stream = TcpStream::connect(addr).await.expect("connect to the status address");
+        let request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("send the request");
+        let mut response = String::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
+            .await
+            .expect("response within 10 s")
+            .expect("read the response");
+        response
+    }
+
+    async fn serving(metrics: Metrics) -> SocketAddr {
+        let server = Server::bind("127.0.0.1:0".parse().unwrap(), status(metrics)).await.expect("bind an ephemeral port");
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(server.run());
+        addr
+    }
+
+    #[tokio::test]
+    async fn metrics_show_every_series() {
+        let metrics = Metrics::new();
+        let count = metrics.operator("count", 1);
+        // Handles are used from plain threads on the hot path.
+        let worker = {
+            let count = count.clone();
+            std::thread::spawn(move || {
+                count.records_in.inc_by(41);
+                count.records_in.inc();
+                count.records_out.inc_by(7);
+                count.watermark.set(1_700_000_000_000);
+            })
+        };
+        worker.join().expect("worker thread");
+        // A second resolution of the same labels shares the series.
+        metrics.operator("count", 1).records_in.inc_by(8);
+        metrics.checkpoint().committed(12, Duration::from_millis(30), 4096);
+        metrics.restarts().inc();
+        metrics.consumer_lag("clicks", 3).set(250);
+        metrics.partition("clicks", 3).watermark.set(5);
+        metrics.dead_letter_records().inc_by(2);
+        let addr = serving(metrics).await;
+
+        let response = request(addr, "GET", "/metrics").await;
+        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+        for line in [
+            r#"weir_records_in_total{operator="count",subtask="1"} 50"#,
+            r#"weir_records_out_total{operator="count",subtask="1"} 7"#,
+            r#"weir_watermark_milliseconds{operator="count",subtask="1"} 1700000000000"#,
+            "weir_checkpoint_duration_seconds_count 1",
+            "weir_checkpoint_size_bytes 4096",
+            "weir_last_committed_checkpoint 12",
+            "weir_restarts_total 1",
+            r#"weir_consumer_lag{topic="clicks",partition="3"} 250"#,
+            r#"weir_partition_watermark_milliseconds{topic="clicks",partition="3"} 5"#,
+            "weir_dead_letter_records_total 2",
+        ] {
+            assert!(body.lines().any(|l| l == line), "missing `{line}` in:\n{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_api_and_the_page_say_what_the_metrics_and_history_say() {
+        let metrics = Metrics::new();
+        metrics.operator("count", 0).records_in.inc_by(3);
+        metrics.consumer_lag("clicks", 0).set(9);
+        metrics.checkpoint().committed(4, Duration::from_millis(20), 0);
+        let entry = CheckpointEntry {
+            id: 4,
+            started_at_ms: 1,
+            duration_ms: 20,
+            committed: true,
+            error: None,
+            state_changes: 0,
+            changelog_records: 0,
+            changelog_bytes: 0,
+            bases: 0,
+        };
+        metrics.history().committed(entry);
+        metrics.history().restarted(&"operator `count` trapped: </script><script>alert(1)</script>", Duration::ZERO);
+        let addr = serving(metrics).await;
+
+        let response = request(addr, "GET", "/api/v1/job").await;
+        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+        assert!(head.starts_with("HTTP/1.1 200 OK") && head.contains("application/json"), "{head}");
+        let job: crate::status::api::JobStatus = serde_json::from_str(body).expect("the API's JSON");
+        assert_eq!((job.api_version, job.name.as_str(), job.checkpoints.last_committed), (1, "clicks-per-user", Some(4)));
+        assert_eq!(job.graph.operators[0].subtasks[0].records_in, 3);
+        assert_eq!(job.graph.sources[0].partitions[0].lag, 9);
+        let edges: Vec<(&str, &str)> = job.graph.edges.iter().map(|e| (e.from.as_str(), e.to.as_str())).collect();
+        assert_eq!(edges, [("source", "count"), ("count", "sink")]);
+
+        let page = request(addr, "GET", "/").await;
+        assert!(page.starts_with("HTTP/1.1 200 OK") && page.contains("text/html"), "{page}");
+        assert!(page.contains(r#"<script id="initial" type="application/json">"#), "{page}");
+        // A message quoting markup cannot end the data block.
+        assert!(!page.contains("</script><script>alert"), "{page}");
+        assert!(page.contains("content-security-policy"), "{page}");
+        for (path, kind) in [("/app.js", "text/javascript"), ("/style.css", "text/css")] {
+            let asset = request(addr, "GET", path).await;
+            assert!(asset.starts_with("HTTP/1.1 200 OK") && asset.contains(kind), "{asset}");
+        }
+        assert!(request(addr, "GET", "/nothing").await.starts_with("HTTP/1.1 404"));
+        assert!(request(addr, "POST", "/api/v1/job").await.starts_with("HTTP/1.1 405"));
+    }
+
+    #[tokio::test]
+    async fn a_busy_default_address_falls_back_to_a_free_port() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let busy = taken.local_addr().unwrap();
+        let server = Server::bind_default(busy, status(Metrics::new())).await.expect("a free port instead");
+        let addr = server.local_addr().unwrap();
+        assert_eq!(addr.ip(), busy.ip());
+        assert_ne!(addr.port(), busy.port());
+        tokio::spawn(server.run());
+        assert!(request(addr, "GET", "/metrics").await.starts_with("HTTP/1.1 200 OK"));
+    }
+
+    #[tokio::test]
+    async fn bind_failure_names_the_address() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = taken.local_addr().unwrap();
+        let Err(error) = Server::bind(addr, status(Metrics::new())).await else {
+            panic!("the port is taken");
+        };
+        let message = error.to_string();
+        assert!(message.contains(&addr.to_string()), "{message}");
+        assert!(message.contains("--metrics-addr"), "{message}");
+    }
+}
