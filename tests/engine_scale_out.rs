@@ -122,6 +122,40 @@ fn three_processes_killed_at_random_keep_the_output_exact() {
     assert!(text.contains("this process's partitions changed"), "no rebalance was logged:\n{text}");
 }
 
+/// What a scaled-out process's `/api/v1/job` says it is: its member id, the partitions
+/// the group gave it, and the input partitions it shows; `None` until it answers.
+fn shown_share(process: &Process) -> Option<(String, Vec<i64>, Vec<i64>)> {
+    let status = job::status(&process.log)?;
+    let group = &status["group"];
+    let ids = |values: &serde_json::Value| values.as_array().map(|v| v.iter().filter_map(serde_json::Value::as_i64).collect::<Vec<i64>>());
+    let shown = status["graph"]["sources"][0]["partitions"].as_array()?.iter().filter_map(|p| p["partition"].as_i64()).collect();
+    Some((group["member_id"].as_str()?.to_owned(), ids(&group["owned_partitions"])?, shown))
+}
+
+#[test]
+fn two_processes_show_shares_that_add_up_to_the_input() {
+    let job = scale_out_job("so-status");
+    let producer = produce(&job, 6);
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let shares = loop {
+        let shares: Vec<_> = processes.iter().map(shown_share).collect();
+        if let [Some(a), Some(b)] = &shares[..] {
+            let mut all: Vec<i64> = a.1.iter().chain(&b.1).copied().collect();
+            all.sort_unstable();
+            // Settled: the group's shares cover the input once, and each process shows its own.
+            if a.0 != b.0 && all == (0..PARTITIONS as i64).collect::<Vec<_>>() && a.1 == a.2 && b.1 == b.2 && !a.1.is_empty() && !b.1.is_empty() {
+                break shares;
+            }
+        }
+        assert!(Instant::now() < deadline, "the processes' shares never added up to the input: {shares:?}\n{}", logs(&processes));
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let input = producer.join().expect("producer thread");
+    stop_and_compare(&job, &mut processes, &input);
+    assert!(shares.iter().flatten().all(|share| !share.0.is_empty()), "{shares:?}");
+}
+
 /// A process killed while it writes a base of one of its key groups (its chunks sent,
 /// its end not): the other takes the groups over from the bases and segments before,
 /// and the output is exact. Twice, the second time with the state_dir gone too.

@@ -36,4 +36,5 @@ mod operator_py_join;
 mod operator_py_sdk;
 mod operator_py_total;
 mod operator_state;
+mod status_page;
 mod store;

@@ -155,23 +155,64 @@ pub fn scrape_metrics(log: &Path) -> String {
 /// A response holds as many body bytes as its Content-Length says.
 fn complete(response: &str) -> bool {
     let Some((head, body)) = response.split_once("\r\n\r\n") else { return false };
-    let length = head.lines().find_map(|line| line.strip_prefix("Content-Length: ")).and_then(|n| n.trim().parse::<usize>().ok());
+    let length = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse::<usize>().ok()).flatten()
+    });
     length == Some(body.len())
 }
 
 fn scrape_once(log: &Path) -> String {
-    use std::io::{Read, Write};
+    status_address(log).map(|addr| get_once(&addr, "/metrics")).unwrap_or_default()
+}
+
+/// The address the job last logged for its status page and metrics.
+pub fn status_address(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let Some(at) = text.rfind("metrics at http://") else { return String::new() };
-    let addr = text[at + "metrics at http://".len()..].split('/').next().unwrap_or_default().to_string();
-    let Ok(mut stream) = std::net::TcpStream::connect(&addr) else { return String::new() };
+    let at = text.rfind("metrics at http://")?;
+    Some(text[at + "metrics at http://".len()..].split('/').next().unwrap_or_default().to_string())
+}
+
+/// GET `path` from `addr`: the whole response, head and body; empty if it cannot be reached.
+pub fn get_once(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return String::new() };
     stream.set_read_timeout(Some(Duration::from_secs(5))).expect("read timeout");
-    if write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").is_err() {
+    if write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").is_err() {
         return String::new();
     }
     let mut body = String::new();
     let _ = stream.read_to_string(&mut body);
     body
+}
+
+/// The job's `/api/v1/job` from the address it last logged, parsed; `None` while it
+/// cannot be reached or its answer is cut short.
+pub fn status(log: &Path) -> Option<serde_json::Value> {
+    let addr = status_address(log)?;
+    let response = get_once(&addr, "/api/v1/job");
+    if !complete(&response) {
+        return None;
+    }
+    let (_, body) = response.split_once("\r\n\r\n")?;
+    serde_json::from_str(body).ok()
+}
+
+/// Polls the job's status until `done` holds for it, for at most `within`; the last
+/// status read, whatever it says.
+pub fn status_until(log: &Path, within: Duration, done: impl Fn(&serde_json::Value) -> bool) -> Option<serde_json::Value> {
+    let deadline = Instant::now() + within;
+    let mut last = None;
+    while Instant::now() < deadline {
+        if let Some(status) = status(log) {
+            if done(&status) {
+                return Some(status);
+            }
+            last = Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    last
 }
 
 pub fn kill(child: &mut Child) {

@@ -209,6 +209,7 @@ impl Coordinator<'_> {
         self.watchdog
             .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.inputs, &offsets))?;
         let commit_time = timer.elapsed();
+        self.metrics.dead_letter_records().inc_by(self.sink.take_dead_letters());
         fault::point(Step::AfterCommit, n);
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 

@@ -270,7 +270,6 @@ fn spawn_operators<'scope>(
                 dead_letters: job.producer.dead_letter_topic.is_some(),
                 source_topics: operators.inputs.clone(),
                 metrics: engine.options.metrics.operator(&spec.name, subtask as u32),
-                dead_letter_count: engine.options.metrics.dead_letter_records(),
             };
             let name = format!("{}-{subtask}", spec.name);
             let what = format!(

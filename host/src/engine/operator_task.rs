@@ -13,7 +13,7 @@ use crate::batch::Batch;
 use crate::changelog::writer::ChangelogWriter;
 use crate::checkpoint::layout::{self, TaskId};
 use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure, kafka_partition};
-use crate::metrics::{Counter, OperatorMetrics};
+use crate::metrics::OperatorMetrics;
 use crate::operator::{Emitted, OperatorError, OperatorInstance};
 use crate::source::Bootstrap;
 use crate::state::{self, StateChanges};
@@ -52,7 +52,6 @@ pub(super) struct OperatorTask<'a> {
     /// What the origins of records name.
     pub(super) source_topics: InputTopics,
     pub(super) metrics: OperatorMetrics,
-    pub(super) dead_letter_count: Counter,
     /// Where its state changes go at a checkpoint: the changelog, in the checkpoint's
     /// transaction. Each subtask writes its own, so the subtasks of a big checkpoint
     /// write in parallel; the store takes them once the checkpoint is committed.
@@ -171,7 +170,6 @@ impl OperatorTask<'_> {
             operator = %self.name, partition = kafka_partition(origin.partition), offset = origin.offset,
             "record crashed the plugin twice; sending it to the dead-letter topic"
         );
-        self.dead_letter_count.inc();
         let error = "the record crashed the plugin again after a restart".to_owned();
         let letter = DeadLetter { records: one, operator: self.name.clone(), error };
         self.outputs[0].dead_letter(letter)

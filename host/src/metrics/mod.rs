@@ -321,7 +321,7 @@ impl Metrics {
         let dead_letter_records = Counter::default();
         registry.register(
             "dead_letter_records",
-            "Poison records written to the dead-letter topic",
+            "Records committed to the dead-letter topic (poison records, records not co-partitioned by key)",
             dead_letter_records.0.clone(),
         );
         let group = GroupMetrics::default();

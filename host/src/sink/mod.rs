@@ -100,6 +100,9 @@ pub(crate) struct Sink {
     /// The sinks' topics, for messages.
     topics: String,
     dead_letter_topic: Option<String>,
+    /// Dead letters sent since the last commit: counted once committed, since an
+    /// attempt that fails sends them again.
+    dead_letters: AtomicU64,
     group: ConsumerGroupMetadata,
     /// Commits offsets in at-least-once mode; names the group in exactly-once mode.
     offsets: BaseConsumer,
@@ -283,6 +286,7 @@ impl Sink {
             delivery: config.delivery,
             topics: config.topics.join(", "),
             dead_letter_topic: config.dead_letter_topic.map(str::to_string),
+            dead_letters: AtomicU64::new(0),
             group,
             offsets,
             member_id: shard.as_ref().map(|shard| current_member(shard).map(|(_, id)| id)).transpose()?,
@@ -325,7 +329,14 @@ impl Sink {
             ];
             self.produce(topic, record, &why)?;
         }
+        self.dead_letters.fetch_add(letter.records.batch.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The dead letters sent since the last call: after a commit, those it committed
+    /// (the sink holds the next checkpoint's records back until then).
+    pub(crate) fn take_dead_letters(&self) -> u64 {
+        self.dead_letters.swap(0, Ordering::Relaxed)
     }
 
     /// Writes one changelog record (`checkpoint::layout` encodes it) to `partition` of

@@ -365,7 +365,6 @@ impl SourceTask {
                 topic = %self.topic, partition = kafka_partition(origin.partition), offset = origin.offset,
                 "record not co-partitioned by key; sending it to the dead-letter topic"
             );
-            self.metrics.dead_letter_records().inc();
             let letter = DeadLetter { records: one, operator: operator.clone(), error };
             self.output.dead_letter(letter)?;
         }

@@ -80,12 +80,23 @@ function layout(graph) {
   for (const node of nodes.values()) {
     node.row = rows.get(node.depth) || 0;
     rows.set(node.depth, node.row + 1);
-    node.x = PAD + node.depth * (NODE_W + COL_GAP);
-    node.y = PAD + node.row * (NODE_H + ROW_GAP);
   }
-  const width = PAD * 2 + (deepest + 2) * NODE_W + (deepest + 1) * COL_GAP;
-  const height = PAD * 2 + Math.max(1, ...rows.values()) * (NODE_H + ROW_GAP) - ROW_GAP;
-  return { nodes, width, height };
+  const across = Math.max(1, ...rows.values()), levels = deepest + 2;
+  // Left to right where it fits, top to bottom on a narrow screen.
+  const vertical = levels * (NODE_W + COL_GAP) > Math.max(320, window.innerWidth - 32);
+  for (const node of nodes.values()) {
+    node.x = PAD + (vertical ? node.row * (NODE_W + ROW_GAP) : node.depth * (NODE_W + COL_GAP));
+    node.y = PAD + (vertical ? node.depth * (NODE_H + COL_GAP / 2) : node.row * (NODE_H + ROW_GAP));
+  }
+  const width = vertical ? PAD * 2 + across * (NODE_W + ROW_GAP) - ROW_GAP : PAD * 2 + levels * NODE_W + (levels - 1) * COL_GAP;
+  const height = vertical ? PAD * 2 + levels * NODE_H + (levels - 1) * COL_GAP / 2 : PAD * 2 + across * (NODE_H + ROW_GAP) - ROW_GAP;
+  return { nodes, width, height, vertical };
+}
+
+// Text cut to fit a box, the whole of it in the box's title.
+function fit(text, chars) {
+  text = String(text);
+  return text.length <= chars ? text : text.slice(0, chars - 1) + "…";
 }
 
 function subline(node) {
@@ -100,7 +111,7 @@ function subline(node) {
 
 function renderGraph(job) {
   const svg = clear(byId("graph"));
-  const { nodes, width, height } = layout(job.graph);
+  const { nodes, width, height, vertical } = layout(job.graph);
   svg.setAttribute("viewBox", "0 0 " + width + " " + height);
   svg.setAttribute("width", width);
   svg.setAttribute("height", height);
@@ -112,16 +123,25 @@ function renderGraph(job) {
   for (const e of job.graph.edges) {
     const from = nodes.get(e.from), to = nodes.get(e.to);
     if (!from || !to) continue;
-    const x1 = from.x + NODE_W, y1 = from.y + NODE_H / 2, x2 = to.x, y2 = to.y + NODE_H / 2, mid = (x1 + x2) / 2;
-    svg.appendChild(el("svg:path", { class: "edge", d: `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`, "marker-end": "url(#arrow)" }));
+    let d, x1, y1;
+    if (vertical) {
+      x1 = from.x + NODE_W / 2; y1 = from.y + NODE_H;
+      const x2 = to.x + NODE_W / 2, y2 = to.y, mid = (y1 + y2) / 2;
+      d = `M ${x1} ${y1} C ${x1} ${mid}, ${x2} ${mid}, ${x2} ${y2}`;
+    } else {
+      x1 = from.x + NODE_W; y1 = from.y + NODE_H / 2;
+      const x2 = to.x, y2 = to.y + NODE_H / 2, mid = (x1 + x2) / 2;
+      d = `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`;
+    }
+    svg.appendChild(el("svg:path", { class: "edge", d, "marker-end": "url(#arrow)" }));
     if (e.output) svg.appendChild(el("svg:text", { class: "edge-label", x: x1 + 4, y: y1 - 4 }, e.output));
   }
   for (const node of nodes.values()) {
     const g = el("svg:g", { class: "node " + node.kind, transform: `translate(${node.x},${node.y})` });
-    g.appendChild(el("svg:title", {}, node.kind + " " + node.name));
+    g.appendChild(el("svg:title", {}, node.kind + " " + node.name + ": " + subline(node)));
     g.appendChild(el("svg:rect", { width: NODE_W, height: NODE_H }));
-    g.appendChild(el("svg:text", { x: 8, y: 18, class: "name" }, node.name));
-    g.appendChild(el("svg:text", { x: 8, y: 36, class: "sub" }, subline(node)));
+    g.appendChild(el("svg:text", { x: 8, y: 18, class: "name" }, fit(node.name, 24)));
+    g.appendChild(el("svg:text", { x: 8, y: 36, class: "sub" }, fit(subline(node), 28)));
     svg.appendChild(g);
   }
 }
