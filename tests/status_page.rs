@@ -2,8 +2,8 @@
 //! says what the test knows (the graph, checkpoints committed in order, lag down to 0
 //! once drained, rates, a restart with the plugin's message, dead letters), the Grafana
 //! dashboard names only series a running job serves, the page renders in a real
-//! browser (Debian's chromium, headless), and `weir status` prints the same facts or a
-//! clear error where no job answers.
+//! browser (Debian's chromium, headless), a long restore shows how far it is, and
+//! `weir status` prints the same facts or a clear error where no job answers.
 
 use crate::support;
 
@@ -196,6 +196,39 @@ fn a_restart_shows_with_the_plugins_message_and_dead_letters_are_counted() {
     assert!(trap.contains("passthrough") && trap.contains("bad-trap"), "the cause names neither the operator nor the plugin: {trap}");
     assert!(status["restarts"]["count"].as_u64() >= Some(1), "{status:#}");
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+}
+
+/// A restore from the changelog alone, slowed down (`WEIR_FAULT=slow-restore`) so that
+/// it lasts seconds on a small state: the API shows it while it runs, the log says how
+/// far it is with an estimate of the time left, and the output stays exact.
+#[test]
+fn a_long_restore_shows_its_progress_in_the_log_and_the_api() {
+    let (job, input, log, mut child) = running_window_count("status-restore", 20_000);
+    job::wait_for_more(&log, "checkpoint committed", 5, Duration::from_secs(60));
+    job::kill(&mut child);
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    let log = job.dir.path().join("weir-restore.log");
+    let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", "slow-restore:700")]);
+
+    // The estimate comes once the readers know where their partitions end.
+    let estimated = |s: &Value| s["progress"]["total"].as_u64().is_some_and(|total| total > 0);
+    let during = job::status_until(&log, Duration::from_secs(60), estimated).expect("the job answers while it restores");
+    let progress = &during["progress"];
+    assert!(progress["what"].as_str().is_some_and(|w| w.contains("restoring keyed state from the changelog")), "{during:#}");
+    assert_eq!((during["phase"].as_str(), progress["unit"].as_str()), (Some("recovering"), Some("offsets")), "{during:#}");
+    assert!(progress["total"].as_u64().is_some_and(|total| total > 0), "no estimate of the work: {during:#}");
+    job::wait_for_log(&log, "eta_s=", Duration::from_secs(60));
+    let line = job::read_log(&log).lines().find(|l| l.contains("eta_s=")).unwrap_or_default().to_owned();
+    for field in ["restoring keyed state from the changelog", "done=", "total=", "entries=", "bytes="] {
+        assert!(line.contains(field), "the progress line lacks `{field}`: {line}");
+    }
+
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until_while(clicks::window_counts(&input, WINDOW_MS).len(), Duration::from_secs(180), &mut child), "{}", job::read_log(&log));
+    let after = job::status_until(&log, Duration::from_secs(30), |s| s["progress"].is_null() && s["phase"] == "running").expect("the job answers");
+    assert!(after["progress"].is_null(), "the restore still shows after it ended: {after:#}");
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+    assert_exact(&job, &input);
 }
 
 #[test]

@@ -118,6 +118,7 @@ impl Counted {
     }
 
     fn read(&mut self, partition: i32, offset: i64, bytes: u64, entries: u64, work: &Work) {
+        progress::pace();
         if let Some(at) = self.at.get_mut(&partition) {
             self.offsets += (offset + 1).saturating_sub(*at).max(0) as u64;
             *at = offset + 1;

@@ -1,7 +1,7 @@
 //! A test-only fault-injection switch: `WEIR_FAULT=<step>:<n>` kills the process with
 //! SIGKILL when it reaches `<step>` of checkpoint `n` exactly (checkpoint 1 included), so
 //! the crash tests can prove recovery from each step of the protocol; `panic-in-operator`
-//! panics an operator task instead. Compiled in only with the `fault-injection` feature
+//! panics an operator task instead, and `slow-restore:<ms>` slows a restore down. Compiled in only with the `fault-injection` feature
 //! (the test suite's build); in the binary users run, `point` is empty.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,11 +47,15 @@ fn armed() -> Option<(Step, u64)> {
     *ARMED.get_or_init(|| {
         let spec = std::env::var("WEIR_FAULT").ok()?;
         let (step, n) = spec.split_once(':')?;
+        if step == "slow-restore" {
+            return None; // not a kill: metrics::progress::pace reads it
+        }
         let parsed = Step::parse(step).zip(n.parse().ok());
         if parsed.is_none() {
             tracing::warn!(
                 "ignoring WEIR_FAULT={spec}: expected \
-                 <after-barrier|after-seal|after-commit|during-recovery|panic-in-operator|during-reseed|in-base>:<checkpoint>"
+                 <after-barrier|after-seal|after-commit|during-recovery|panic-in-operator|during-reseed|in-base>:<checkpoint> \
+                 or slow-restore:<ms>"
             );
         }
         parsed

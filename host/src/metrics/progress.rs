@@ -53,6 +53,26 @@ pub struct Reading {
 #[must_use = "the work ends when this is dropped"]
 pub struct Running(Arc<Work>);
 
+/// Test-only, with the `fault-injection` feature: `WEIR_FAULT=slow-restore:<ms>` pauses
+/// a restore that long per record it reads, so a test can watch long work on a small state.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn pace() {
+    static PAUSE: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    let pause = PAUSE.get_or_init(|| {
+        let spec = std::env::var("WEIR_FAULT").ok()?;
+        let ms = spec.strip_prefix("slow-restore:")?.parse().ok()?;
+        Some(Duration::from_millis(ms))
+    });
+    if let Some(pause) = pause {
+        std::thread::sleep(*pause);
+    }
+}
+
+/// Does nothing: this build has no fault injection.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn pace() {}
+
 /// Begins `what`, counted in `unit`; it is the process's current long work until the
 /// returned guard drops.
 pub fn begin(what: &'static str, unit: &'static str) -> Running {
