@@ -376,7 +376,7 @@ pub(crate) fn reseed(
     let (mut entries, mut transactions, mut pending) = (0, 0, 0);
     // Key by key group: keys hash evenly over them, so groups done tell the time left.
     let running = progress::begin("writing the state_dir's state into the changelog again", "key groups");
-    running.work().expect(u64::from(stages) * u64::from(key_groups.count()));
+    running.work().add_total(u64::from(stages) * u64::from(key_groups.count()));
     for stage in 0..stages {
         let mut writer = StateWriter::new(sink, &topic, stage);
         for group in 0..key_groups.count() {

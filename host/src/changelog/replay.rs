@@ -6,7 +6,7 @@
 //! store learns what the changelog holds of each group (`GroupLog`) from the same read.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -74,65 +74,78 @@ fn read_share(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, topic: 
     let consumer = super::reader_for(job, topic, share.iter().copied())?;
     let mut replayed = Replayed::new(store, key_groups, &job.name, topic, positions);
     let mut firsts = BTreeMap::new();
-    let mut counted = Counted::expect(&consumer, topic, share, work);
+    let mut read_progress = ReadProgress::expect(&consumer, topic, share, work);
     super::read_to_end(&consumer, topic, share.len() as u32, |partition, offset, message| {
         firsts.entry(partition).or_insert(offset);
-        counted.read(partition, offset, message.payload_len() as u64, replayed.entries, work);
+        read_progress.read(partition, offset, message.payload_len() as u64, replayed.entries, work);
         replayed.add(partition, offset, message)
     })?;
     replayed.flush()?;
-    counted.flush(replayed.entries, work);
+    read_progress.finish(replayed.entries, work);
     Ok(Read { entries: replayed.entries, checkpoint: replayed.checkpoint, positions: replayed.positions, firsts })
 }
 
 /// One reader's progress, handed to the shared counters in batches.
-struct Counted {
-    /// Per partition, the offset read up to (where the read began, at first).
-    at: BTreeMap<i32, i64>,
+struct ReadProgress {
+    /// Per partition, the offset read up to (where the read began, at first) and where
+    /// it ended when the read began.
+    at: BTreeMap<i32, (i64, i64)>,
     offsets: u64,
     bytes: u64,
     entries: u64,
     records: u32,
+    flushed: Instant,
 }
 
-/// Records a reader counts before it adds them to the shared counters.
+/// A reader hands its counts over after this many records, or this long, whichever first.
 const COUNT_EVERY: u32 = 256;
+const COUNT_INTERVAL: Duration = Duration::from_millis(500);
 
-impl Counted {
+impl ReadProgress {
     /// Expects, per partition, the offsets from where its read begins to its end now.
     /// A partition whose offsets the broker does not give in time is left out of the
     /// estimate, not the read.
-    fn expect(consumer: &BaseConsumer<super::Reader>, topic: &str, share: &[(i32, Offset)], work: &Work) -> Counted {
+    fn expect(consumer: &BaseConsumer<super::Reader>, topic: &str, share: &[(i32, Offset)], work: &Work) -> ReadProgress {
         let mut at = BTreeMap::new();
         for &(partition, start) in share {
             match consumer.fetch_watermarks(topic, partition, PROGRESS_TIMEOUT) {
                 Ok((low, high)) => {
                     let from = start.to_raw().filter(|&offset| offset >= 0).map_or(low, |offset| offset.max(low));
-                    work.expect(high.saturating_sub(from).max(0) as u64);
-                    at.insert(partition, from);
+                    work.add_total(high.saturating_sub(from).max(0) as u64);
+                    at.insert(partition, (from, high));
                 }
                 Err(error) => tracing::debug!(topic, partition, "restore progress unknown for this partition: {error}"),
             }
         }
-        Counted { at, offsets: 0, bytes: 0, entries: 0, records: 0 }
+        ReadProgress { at, offsets: 0, bytes: 0, entries: 0, records: 0, flushed: Instant::now() }
     }
 
     fn read(&mut self, partition: i32, offset: i64, bytes: u64, entries: u64, work: &Work) {
         progress::pace();
-        if let Some(at) = self.at.get_mut(&partition) {
+        if let Some((at, _)) = self.at.get_mut(&partition) {
             self.offsets += (offset + 1).saturating_sub(*at).max(0) as u64;
-            *at = offset + 1;
+            *at = (*at).max(offset + 1);
         }
         self.bytes += bytes;
         self.records += 1;
-        if self.records >= COUNT_EVERY {
+        if self.records >= COUNT_EVERY || self.flushed.elapsed() >= COUNT_INTERVAL {
             self.flush(entries, work);
         }
     }
 
     fn flush(&mut self, entries: u64, work: &Work) {
         work.add(self.offsets, entries - self.entries, self.bytes);
-        (self.offsets, self.bytes, self.entries, self.records) = (0, 0, entries, 0);
+        (self.offsets, self.bytes, self.entries, self.records, self.flushed) = (0, 0, entries, 0, Instant::now());
+    }
+
+    /// Every partition read to its end: what is left of the expected offsets (commit
+    /// markers, the cleaner's gaps after the last record) is done too.
+    fn finish(&mut self, entries: u64, work: &Work) {
+        for (at, high) in self.at.values_mut() {
+            self.offsets += high.saturating_sub(*at).max(0) as u64;
+            *at = (*at).max(*high);
+        }
+        self.flush(entries, work);
     }
 }
 

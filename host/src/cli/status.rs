@@ -32,7 +32,7 @@ pub(super) fn run(args: StatusArgs) -> anyhow::Result<()> {
         .map_err(|_| anyhow::anyhow!("the job at {} did not answer within {} s", args.addr, TIMEOUT.as_secs()))??;
     let job: JobStatus = serde_json::from_slice(&body)
         .with_context(|| format!("{} answered /api/v1/job with something other than a weir job's status", args.addr))?;
-    print!("{}", render(&job));
+    print!("{}", printable(&render(&job)));
     Ok(())
 }
 
@@ -48,8 +48,11 @@ async fn fetch(addr: SocketAddr) -> anyhow::Result<Bytes> {
     tokio::spawn(connection);
     let request = hyper::Request::get("/api/v1/job").header(hyper::header::HOST, addr.to_string()).body(Empty::<Bytes>::new())?;
     let response = sender.send_request(request).await.with_context(|| format!("asking {addr} for /api/v1/job"))?;
-    if !response.status().is_success() {
-        bail!("{addr} answered /api/v1/job with {}: it is not a weir job of this version", response.status());
+    match response.status() {
+        status if status.is_success() => {}
+        hyper::StatusCode::SERVICE_UNAVAILABLE => bail!("the job at {addr} is too busy to answer now: try again"),
+        hyper::StatusCode::NOT_FOUND => bail!("{addr} has no /api/v1/job: it is not a weir job, or one older than this weir"),
+        status => bail!("{addr} answered /api/v1/job with {status}"),
     }
     let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES).collect().await;
     Ok(body.map_err(|e| anyhow::anyhow!("reading the answer of {addr}: {e}"))?.to_bytes())
@@ -61,8 +64,12 @@ fn render(job: &JobStatus) -> String {
     let up = Duration::from_millis(job.now_ms.saturating_sub(job.started_at_ms));
     let _ = writeln!(
         out,
-        "job {}: {:?}, {}, checkpoints every {} ms, up {}",
-        job.name, job.phase, job.delivery, job.checkpoint_interval_ms, human_duration(up)
+        "job {}: {}, {}, checkpoints every {} ms, up {}",
+        job.name,
+        serde_json::to_value(job.phase).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+        job.delivery,
+        job.checkpoint_interval_ms,
+        human_duration(up)
     );
     render_checkpoints(job, &mut out);
     if let Some(progress) = &job.progress {
@@ -152,6 +159,14 @@ fn render_operator(operator: &OperatorNode, now_ms: u64, out: &mut String) {
     }
 }
 
+/// `text` with every control character but the line ends shown as an escape: failure
+/// messages can quote records, which must not drive the terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect()
+}
+
 fn rate(per_second: Option<f64>) -> String {
     per_second.map_or_else(|| "-".to_owned(), |r| format!("{r:.0}"))
 }
@@ -175,5 +190,15 @@ fn human_duration(d: Duration) -> String {
         1..60 => format!("{s} s"),
         60..3600 => format!("{}m{:02}s", s / 60, s % 60),
         _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_shown_not_sent_to_the_terminal() {
+        assert_eq!(printable("trap: \u{1b}[2Jgone\r\nnext\n"), "trap: \\u{1b}[2Jgone\\u{d}\nnext\n");
     }
 }

@@ -96,6 +96,10 @@ pub(super) enum Outcome {
 
 impl Coordinator<'_> {
     pub(super) fn run(&mut self) -> Result<Outcome, TaskFailure> {
+        if let Some(resumed) = self.next.checked_sub(1).filter(|&n| n > 0) {
+            self.metrics.checkpoint().resumed(resumed);
+            self.metrics.history().resumed(resumed);
+        }
         let mut due = Instant::now() + self.interval.min(FIRST_CHECKPOINT);
         loop {
             let stopping = self.idle_until(due)?;
@@ -105,7 +109,10 @@ impl Coordinator<'_> {
             let n = self.next;
             let started = Instant::now();
             if let Err(failure) = self.checkpoint(n) {
-                self.metrics.history().failed(n, started.elapsed(), &failure);
+                // Stopped: the attempt ends for another reason (a rebalance), not this checkpoint.
+                if !matches!(failure, TaskFailure::Stopped) {
+                    self.metrics.history().failed(n, started.elapsed(), &failure);
+                }
                 return Err(failure);
             }
             self.next += 1;

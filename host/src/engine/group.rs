@@ -176,6 +176,9 @@ impl<'a> Shares<'a> {
         if !gained.is_empty() || !lost.is_empty() {
             self.engine.options.metrics.group().rebalances.inc();
             self.engine.options.metrics.history().rebalanced(&owned, &gained, &lost);
+            for (source, &partition) in self.engine.job.sources.iter().flat_map(|s| lost.iter().map(move |p| (s, p))) {
+                self.engine.options.metrics.forget_partition(&source.topic, partition);
+            }
             tracing::info!(partitions = ?owned, ?gained, ?lost, "this process's partitions changed; restoring them");
         }
         self.last_owned.clone_from(&owned);
@@ -223,7 +226,7 @@ impl<'a> Shares<'a> {
             TaskFailure::Operator { origins, .. } => self.records.suspects.extend(origins.iter().copied()),
             TaskFailure::Poisoned { origin, .. } => {
                 tracing::warn!("{failure}");
-                self.engine.options.metrics.history().restarted(&failure, Duration::ZERO);
+                self.engine.options.metrics.restarted(&failure, Duration::ZERO, false);
                 self.records.poisoned.insert(*origin);
                 return Ok(());
             }
@@ -233,8 +236,7 @@ impl<'a> Shares<'a> {
             tracing::error!("{}; giving up", self.restarts.describe_budget());
             return Err(failure);
         };
-        self.engine.options.metrics.restarts().inc();
-        self.engine.options.metrics.history().restarted(&failure, backoff);
+        self.engine.options.metrics.restarted(&failure, backoff, true);
         tracing::warn!("attempt failed: {failure}; restarting from the last committed checkpoint in {backoff:?}");
         self.not_before = Instant::now() + backoff;
         Ok(())

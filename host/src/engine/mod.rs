@@ -103,7 +103,7 @@ impl Engine {
             if let TaskFailure::Poisoned { origin, .. } = &failure {
                 // Progress, not a fault: each record is found once, so the budget stays.
                 tracing::warn!("{failure}");
-                self.options.metrics.history().restarted(&failure, std::time::Duration::ZERO);
+                self.options.metrics.restarted(&failure, std::time::Duration::ZERO, false);
                 records.poisoned.insert(*origin);
                 continue;
             }
@@ -111,8 +111,7 @@ impl Engine {
                 tracing::error!("{}; giving up", restarts.describe_budget());
                 return Err(failure);
             };
-            self.options.metrics.restarts().inc();
-            self.options.metrics.history().restarted(&failure, backoff);
+            self.options.metrics.restarted(&failure, backoff, true);
             tracing::warn!("attempt failed: {failure}; restarting from the last committed checkpoint in {backoff:?}");
             std::thread::sleep(backoff);
         }

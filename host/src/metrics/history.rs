@@ -80,6 +80,8 @@ pub struct RebalanceEntry {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Recorded {
     pub phase: Phase,
+    /// The last checkpoint committed, by this process or (after a restart) before it.
+    pub last_committed: Option<u64>,
     pub checkpoints: Vec<CheckpointEntry>,
     pub restarts: Vec<RestartEntry>,
     pub rebalances: Vec<RebalanceEntry>,
@@ -91,6 +93,7 @@ pub struct Recorded {
 #[derive(Default)]
 struct Inner {
     phase: Phase,
+    last_committed: Option<u64>,
     checkpoints: VecDeque<CheckpointEntry>,
     restarts: VecDeque<RestartEntry>,
     rebalances: VecDeque<RebalanceEntry>,
@@ -116,10 +119,17 @@ impl History {
         entry.committed = true;
         let mut inner = self.inner();
         inner.phase = Phase::Running;
+        inner.last_committed = inner.last_committed.max(Some(entry.id));
         push(&mut inner.checkpoints, entry, CHECKPOINTS);
     }
 
-    /// Checkpoint `id`, begun `started` ago, that failed with `error`.
+    /// An attempt resumes from checkpoint `n`, committed before it began.
+    pub fn resumed(&self, n: u64) {
+        let mut inner = self.inner();
+        inner.last_committed = inner.last_committed.max(Some(n));
+    }
+
+    /// Checkpoint `id`, begun `took` ago, that failed with `error`.
     pub fn failed(&self, id: u64, took: Duration, error: &dyn std::fmt::Display) {
         let entry = CheckpointEntry {
             id,
@@ -176,6 +186,7 @@ impl History {
         let inner = self.inner();
         Recorded {
             phase: inner.phase,
+            last_committed: inner.last_committed,
             checkpoints: inner.checkpoints.iter().cloned().collect(),
             restarts: inner.restarts.iter().cloned().collect(),
             rebalances: inner.rebalances.iter().cloned().collect(),

@@ -76,7 +76,12 @@ impl Watermark {
         Watermark { gauge, value: Arc::new(AtomicI64::new(i64::MIN)) }
     }
 
+    /// `i64::MAX`, what a task with no input left passes on, is no time to show: the
+    /// gauge and the API keep what they had.
     pub fn set(&self, millis: i64) {
+        if millis == i64::MAX {
+            return;
+        }
         self.gauge.set(millis);
         self.value.store(millis, Ordering::Relaxed);
     }
@@ -164,9 +169,11 @@ impl CheckpointMetrics {
         self.state_change_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
-    /// The id of the last committed checkpoint (0 before the first).
-    pub fn last_committed(&self) -> u64 {
-        u64::try_from(self.last_committed.get()).unwrap_or(0)
+    /// An attempt resumes from checkpoint `n`, committed before it began.
+    pub fn resumed(&self, n: u64) {
+        if self.last_committed.get() < i64::try_from(n).unwrap_or(i64::MAX) {
+            self.last_committed.set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
 
     /// Records a restore of keyed state: `entries` restored in `duration`.
@@ -230,9 +237,9 @@ impl Default for Metrics {
     }
 }
 
-impl Metrics {
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("weir");
+impl Families {
+    /// The labelled series, registered. Counters get their `_total` suffix from the encoder.
+    fn registered(registry: &mut Registry) -> Families {
         let families = Families {
             records_in: Family::default(),
             records_out: Family::default(),
@@ -242,61 +249,12 @@ impl Metrics {
             plugin_log_dropped_lines: Family::default(),
             plugin_log_dropped_bytes: Family::default(),
         };
-        // Counters get their `_total` suffix from the encoder.
-        registry.register(
-            "records_in",
-            "Records received by an operator subtask",
-            families.records_in.clone(),
-        );
-        registry.register(
-            "records_out",
-            "Records emitted by an operator subtask",
-            families.records_out.clone(),
-        );
+        registry.register("records_in", "Records received by an operator subtask", families.records_in.clone());
+        registry.register("records_out", "Records emitted by an operator subtask", families.records_out.clone());
         registry.register(
             "watermark_milliseconds",
             "Event-time watermark an operator subtask last passed on, in ms since the epoch (0 before the first)",
             families.watermark.clone(),
-        );
-        // 5 ms .. ~80 s: a checkpoint spans barrier alignment, snapshots and the commit.
-        let duration = Histogram::new(exponential_buckets(0.005, 2.0, 15));
-        registry.register(
-            "checkpoint_duration_seconds",
-            "Time from injecting a checkpoint's barrier to committing its transaction",
-            duration.clone(),
-        );
-        let checkpoint = CheckpointMetrics {
-            duration,
-            size_bytes: Gauge::default(),
-            last_committed: Gauge::default(),
-            state_changes: Gauge::default(),
-            state_change_bytes: Gauge::default(),
-            restore_entries: Gauge::default(),
-            restore_millis: Gauge::default(),
-        };
-        for (name, help, gauge) in [
-            ("checkpoint_state_changes", "Keyed state entries changed or removed by the last committed checkpoint", &checkpoint.state_changes),
-            ("checkpoint_state_change_bytes", "Bytes of keys and values of those changes", &checkpoint.state_change_bytes),
-            ("restore_entries", "Keyed state entries restored by the last recovery", &checkpoint.restore_entries),
-            ("restore_duration_milliseconds", "How long the last recovery took to restore keyed state", &checkpoint.restore_millis),
-        ] {
-            registry.register(name, help, gauge.0.clone());
-        }
-        registry.register(
-            "checkpoint_size_bytes",
-            "Snapshot bytes of the last committed checkpoint",
-            checkpoint.size_bytes.0.clone(),
-        );
-        registry.register(
-            "last_committed_checkpoint",
-            "Id of the last checkpoint whose Kafka transaction committed",
-            checkpoint.last_committed.0.clone(),
-        );
-        let restarts = Counter::default();
-        registry.register(
-            "restarts",
-            "In-process restarts of the job from its last committed checkpoint",
-            restarts.0.clone(),
         );
         registry.register(
             "consumer_lag",
@@ -318,20 +276,74 @@ impl Metrics {
             "Bytes of plugin log and stdio output dropped by the per-instance rate limit",
             families.plugin_log_dropped_bytes.clone(),
         );
-        let dead_letter_records = Counter::default();
+        families
+    }
+}
+
+impl CheckpointMetrics {
+    fn registered(registry: &mut Registry) -> CheckpointMetrics {
+        // 5 ms .. ~80 s: a checkpoint spans barrier alignment, snapshots and the commit.
+        let duration = Histogram::new(exponential_buckets(0.005, 2.0, 15));
         registry.register(
-            "dead_letter_records",
-            "Records committed to the dead-letter topic (poison records, records not co-partitioned by key)",
-            dead_letter_records.0.clone(),
+            "checkpoint_duration_seconds",
+            "Time from injecting a checkpoint's barrier to committing its transaction",
+            duration.clone(),
         );
+        let checkpoint = CheckpointMetrics {
+            duration,
+            size_bytes: Gauge::default(),
+            last_committed: Gauge::default(),
+            state_changes: Gauge::default(),
+            state_change_bytes: Gauge::default(),
+            restore_entries: Gauge::default(),
+            restore_millis: Gauge::default(),
+        };
+        for (name, help, gauge) in [
+            ("checkpoint_size_bytes", "Snapshot bytes of the last committed checkpoint", &checkpoint.size_bytes),
+            ("last_committed_checkpoint", "Id of the last checkpoint whose Kafka transaction committed", &checkpoint.last_committed),
+            ("checkpoint_state_changes", "Keyed state entries changed or removed by the last committed checkpoint", &checkpoint.state_changes),
+            ("checkpoint_state_change_bytes", "Bytes of keys and values of those changes", &checkpoint.state_change_bytes),
+            ("restore_entries", "Keyed state entries restored by the last recovery", &checkpoint.restore_entries),
+            ("restore_duration_milliseconds", "How long the last recovery took to restore keyed state", &checkpoint.restore_millis),
+        ] {
+            registry.register(name, help, gauge.0.clone());
+        }
+        checkpoint
+    }
+}
+
+impl GroupMetrics {
+    fn registered(registry: &mut Registry) -> GroupMetrics {
         let group = GroupMetrics::default();
-        registry.register("owned_partitions", "Input partitions this process owns: all of them for a single process, the group's share with scale_out", group.owned_partitions.0.clone());
+        registry.register(
+            "owned_partitions",
+            "Input partitions this process owns: all of them for a single process, the group's share with scale_out",
+            group.owned_partitions.0.clone(),
+        );
         registry.register("rebalances", "Changes of the input partitions this process owns (scale_out)", group.rebalances.0.clone());
         registry.register(
             "rebalance_duration_milliseconds",
             "How long the last change of this process's partitions took, until it ran again (scale_out)",
             group.rebalance_millis.0.clone(),
         );
+        group
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("weir");
+        let families = Families::registered(&mut registry);
+        let checkpoint = CheckpointMetrics::registered(&mut registry);
+        let restarts = Counter::default();
+        registry.register("restarts", "In-process restarts of the job from its last committed checkpoint", restarts.0.clone());
+        let dead_letter_records = Counter::default();
+        registry.register(
+            "dead_letter_records",
+            "Records committed to the dead-letter topic (poison records, records not co-partitioned by key)",
+            dead_letter_records.0.clone(),
+        );
+        let group = GroupMetrics::registered(&mut registry);
         Metrics {
             registry: Arc::new(registry),
             families: Arc::new(families),
@@ -387,6 +399,16 @@ impl Metrics {
         series.clone()
     }
 
+    /// Drops the series of an input partition this process no longer reads (a scaled-out
+    /// process that lost it): its lag and watermark would otherwise stay frozen in sums.
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        let mut index = self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        index.partitions.remove(&(topic.to_owned(), partition));
+        let labels = PartitionLabels { topic: topic.to_owned(), partition };
+        self.families.consumer_lag.remove(&labels);
+        self.families.partition_watermark.remove(&labels);
+    }
+
     /// The lag gauge of one input partition.
     pub fn consumer_lag(&self, topic: &str, partition: i32) -> Gauge {
         self.partition(topic, partition).lag
@@ -422,6 +444,15 @@ impl Metrics {
     /// Recent checkpoints, restarts and rebalances.
     pub fn history(&self) -> &History {
         &self.history
+    }
+
+    /// An attempt failed with `failure` and the next begins after `backoff`; `budgeted`
+    /// when it counts against the job's restart budget (a poison record set aside does not).
+    pub fn restarted(&self, failure: &dyn std::fmt::Display, backoff: Duration, budgeted: bool) {
+        if budgeted {
+            self.restarts.inc();
+        }
+        self.history.restarted(failure, backoff);
     }
 
     pub fn checkpoint(&self) -> CheckpointMetrics {

@@ -111,8 +111,8 @@ impl Drop for Running {
 }
 
 impl Work {
-    /// `units` more are expected.
-    pub fn expect(&self, units: u64) {
+    /// `units` more are expected in all.
+    pub fn add_total(&self, units: u64) {
         self.total.fetch_add(units, Ordering::Relaxed);
     }
 
@@ -175,7 +175,7 @@ mod tests {
     #[test]
     fn work_is_current_while_its_guard_lives_and_estimates_the_rest() {
         let running = begin("rebuilding", "offsets");
-        running.work().expect(1000);
+        running.work().add_total(1000);
         running.work().add(250, 600, 4096);
         let reading = current().expect("current while the guard lives");
         assert_eq!((reading.done, reading.total, reading.entries, reading.bytes), (250, Some(1000), 600, 4096));

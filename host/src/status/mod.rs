@@ -57,7 +57,6 @@ impl Status {
             recent: recorded.rebalances.clone(),
         });
         let owned = group.as_ref().map(|g| g.owned_partitions.iter().copied().collect::<BTreeSet<i32>>());
-        let last_committed = self.metrics.checkpoint().last_committed();
         JobStatus {
             api_version: api::VERSION,
             name: self.job.name.clone(),
@@ -72,7 +71,7 @@ impl Status {
             started_at_ms: self.started_at_ms,
             now_ms: history::now_ms(),
             graph: self.graph(owned.as_ref()),
-            checkpoints: Checkpoints { last_committed: (last_committed > 0).then_some(last_committed), recent: recorded.checkpoints },
+            checkpoints: Checkpoints { last_committed: recorded.last_committed, recent: recorded.checkpoints },
             restarts: Restarts { count: self.metrics.restarts().get(), recent: recorded.restarts },
             dead_letters: self.metrics.dead_letter_records().get(),
             progress: progress::current(),

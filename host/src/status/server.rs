@@ -1,11 +1,14 @@
 //! The HTTP side of `--metrics-addr` (by default 127.0.0.1:9464, or a free port when
 //! another job holds it), on axum: `GET /` the status page, `GET /api/v1/job` its JSON,
-//! `GET /metrics` Prometheus text. Read-only, GET only, a bounded number of requests at
-//! once, each answered within a deadline.
+//! `GET /metrics` Prometheus text. Read-only, GET only; a bounded number of connections,
+//! each closed when idle too long, and of requests at once, each answered within a deadline.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -14,13 +17,25 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::encoding::prometheus_text;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 
 use super::Status;
 
 /// Requests answered at once; more wait for a slot (a page refreshes every 2 s).
 const MAX_REQUESTS: usize = 16;
+/// Connections open at once; more wait to be accepted. No number of clients can take
+/// the file descriptors the job needs for its store and Kafka.
+const MAX_CONNECTIONS: usize = 64;
+/// A connection that reads or writes nothing for this long is closed (a browser's idle
+/// keep-alive, a client that reads no answer).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A request's head must arrive whole within this, however slowly it trickles.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deadline for answering one request, waiting for a slot included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -30,7 +45,8 @@ const STYLE: &str = include_str!("page/style.css");
 /// Where the page's first state goes, so that it renders before its first refresh.
 const INITIAL_STATE: &str = "<!-- initial state -->";
 /// Scripts and styles from this origin only; the page's state is a JSON data block.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:";
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+     img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// A bound endpoint, not yet serving: lets the caller learn the port of `:0`.
 pub struct Server {
@@ -42,6 +58,8 @@ pub struct Server {
 struct Shared {
     status: Arc<Status>,
     slots: Arc<Semaphore>,
+    /// Bound to a loopback address: a request must name it by IP or as localhost.
+    loopback: bool,
 }
 
 impl Server {
@@ -89,8 +107,28 @@ impl Server {
 
     /// Answers until the task is dropped; returns only if serving fails for good.
     pub async fn run(self) -> io::Result<()> {
-        let shared = Shared { status: self.status, slots: Arc::new(Semaphore::new(MAX_REQUESTS)) };
-        axum::serve(self.listener, router(shared)).await
+        self.run_within(MAX_CONNECTIONS, IDLE_TIMEOUT).await
+    }
+
+    async fn run_within(self, connections: usize, idle: Duration) -> io::Result<()> {
+        let loopback = self.listener.local_addr()?.ip().is_loopback();
+        let shared = Shared { status: self.status, slots: Arc::new(Semaphore::new(MAX_REQUESTS)), loopback };
+        let service = TowerToHyperService::new(router(shared));
+        let listener = Bounded { listener: self.listener, slots: Arc::new(Semaphore::new(connections)), idle };
+        loop {
+            let (connection, peer) = listener.accept().await?;
+            let service = service.clone();
+            tokio::spawn(async move {
+                let served = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEAD_TIMEOUT)
+                    .serve_connection(TokioIo::new(connection), service)
+                    .await;
+                if let Err(error) = served {
+                    tracing::debug!(%peer, "a status connection ended: {error}");
+                }
+            });
+        }
     }
 }
 
@@ -109,6 +147,11 @@ fn router(shared: Shared) -> Router {
 /// Each request waits for one of [`MAX_REQUESTS`] slots and is answered within
 /// [`REQUEST_TIMEOUT`]; every answer says it is not to be framed or sniffed.
 async fn bounded(State(shared): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if shared.loopback && !names_this_host(&request) {
+        // A page of another site whose name was pointed at 127.0.0.1 (DNS rebinding)
+        // must not read the job's status, whose messages may quote records.
+        return (StatusCode::MISDIRECTED_REQUEST, "weir answers requests for its IP address or localhost only\n").into_response();
+    }
     let answer = async {
         let _slot = shared.slots.acquire().await.expect("never closed");
         next.run(request).await
@@ -122,6 +165,17 @@ async fn bounded(State(shared): State<Shared>, request: axum::extract::Request, 
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     response
+}
+
+/// Whether the request's Host is an IP address or `localhost` (with any port), or absent.
+fn names_this_host(request: &axum::extract::Request) -> bool {
+    let Some(host) = request.headers().get(header::HOST) else { return true };
+    let Ok(host) = host.to_str() else { return false };
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -149,6 +203,94 @@ async fn job(State(shared): State<Shared>) -> Response {
 async fn metrics(State(shared): State<Shared>) -> Response {
     let text = shared.status.metrics().render();
     ([(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], text).into_response()
+}
+
+/// The listener, at most [`MAX_CONNECTIONS`] connections open at once.
+struct Bounded {
+    listener: TcpListener,
+    slots: Arc<Semaphore>,
+    idle: Duration,
+}
+
+impl Bounded {
+    /// The next connection, once one of the slots is free; an error only when accepting
+    /// fails for good (a peer that reset, or too many open files for a moment, does not).
+    async fn accept(&self) -> io::Result<(Connection, SocketAddr)> {
+        let slot = Arc::clone(&self.slots).acquire_owned().await.expect("never closed");
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, peer)) => {
+                    let idle = Box::pin(tokio::time::sleep(self.idle));
+                    return Ok((Connection { stream, idle, limit: self.idle, _slot: slot }, peer));
+                }
+                Err(error) if is_transient(&error) => {
+                    tracing::debug!("accepting a status connection failed: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+    ) || e.raw_os_error().is_some_and(|code| code == libc::ENFILE || code == libc::EMFILE)
+}
+
+/// An accepted connection: holds its slot until it closes, and fails once it has read
+/// and written nothing for its idle limit ([`IDLE_TIMEOUT`]).
+struct Connection {
+    stream: TcpStream,
+    idle: Pin<Box<Sleep>>,
+    limit: Duration,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Connection {
+    /// `polled`'s result, pushing the idle deadline back when it is ready; a timeout
+    /// error once the deadline passed while it was pending.
+    fn within<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Ready(result) => {
+                let limit = self.limit;
+                self.idle.as_mut().reset(Instant::now() + limit);
+                Poll::Ready(result)
+            }
+            Poll::Pending if self.idle.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the connection was idle too long")))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        this.within(cx, polled)
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.within(cx, polled)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_flush(cx);
+        this.within(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]
@@ -189,8 +331,13 @@ topic = "counts"
 
     /// `method path` over a real TCP connection; the whole response.
     async fn request(addr: SocketAddr, method: &str, path: &str) -> String {
+        request_for(addr, &addr.to_string(), method, path).await
+    }
+
+    /// `method path` naming `host` in its Host header.
+    async fn request_for(addr: SocketAddr, host: &str, method: &str, path: &str) -> String {
         let mut stream = TcpStream::connect(addr).await.expect("connect to the status address");
-        let request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.expect("send the request");
         let mut response = String::new();
         tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
@@ -294,6 +441,38 @@ topic = "counts"
         }
         assert!(request(addr, "GET", "/nothing").await.starts_with("HTTP/1.1 404"));
         assert!(request(addr, "POST", "/api/v1/job").await.starts_with("HTTP/1.1 405"));
+    }
+
+    #[tokio::test]
+    async fn connections_are_bounded_and_silent_ones_closed() {
+        let server = Server::bind("127.0.0.1:0".parse().unwrap(), status(Metrics::new())).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(server.run_within(2, Duration::from_secs(2)));
+        // Two clients take every slot and never send a request: a third waits.
+        let mut silent = [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
+        let waiting = tokio::time::timeout(Duration::from_millis(500), request(addr, "GET", "/metrics")).await;
+        assert!(waiting.is_err(), "a third connection was served while two held every slot: {waiting:?}");
+        // Once they are closed for idling, it is answered.
+        let answered = tokio::time::timeout(Duration::from_secs(10), request(addr, "GET", "/metrics")).await;
+        assert!(answered.expect("answered once the idle ones were closed").starts_with("HTTP/1.1 200 OK"));
+        for stream in &mut silent {
+            let mut rest = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+            assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "an idle connection stayed open: {read:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_loopback_server_answers_only_requests_for_its_ip_or_localhost() {
+        let addr = serving(Metrics::new()).await;
+        for host in ["localhost", "localhost:9464", "127.0.0.1:9464", "[::1]:9464"] {
+            let answer = request_for(addr, host, "GET", "/api/v1/job").await;
+            assert!(answer.starts_with("HTTP/1.1 200 OK"), "Host {host}: {answer}");
+        }
+        for host in ["attacker.example", "attacker.example:9464", "127.0.0.1.attacker.example"] {
+            let answer = request_for(addr, host, "GET", "/api/v1/job").await;
+            assert!(answer.starts_with("HTTP/1.1 421"), "Host {host}: {answer}");
+        }
     }
 
     #[tokio::test]

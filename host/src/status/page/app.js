@@ -2,7 +2,7 @@
 // DOM calls only; every string from the job goes in as text, never as markup.
 "use strict";
 
-const REFRESH_MS = 2000;
+const REFRESH_MS = 2000, FETCH_TIMEOUT_MS = 8000;
 const SVG = "http://www.w3.org/2000/svg";
 const NODE_W = 180, NODE_H = 46, COL_GAP = 70, ROW_GAP = 18, PAD = 8;
 
@@ -226,19 +226,25 @@ function renderGroup(job) {
   }
 }
 
+// One request at a time, each given up after a while: a slow job never piles them up.
 async function refresh() {
   const stale = byId("stale");
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), FETCH_TIMEOUT_MS);
   try {
-    const response = await fetch("/api/v1/job", { cache: "no-store" });
+    const response = await fetch("/api/v1/job", { cache: "no-store", signal: abort.signal });
     if (!response.ok) throw new Error("HTTP " + response.status);
     render(await response.json());
     stale.hidden = true;
   } catch (error) {
+    if (stale.hidden) stale.textContent = "not reachable since " + new Date().toLocaleTimeString() + " (" + error.message + ")";
     stale.hidden = false;
-    stale.textContent = "not reachable since " + new Date().toLocaleTimeString() + " (" + error.message + ")";
+  } finally {
+    clearTimeout(timer);
+    setTimeout(refresh, REFRESH_MS);
   }
 }
 
 const initial = document.getElementById("initial");
 if (initial) render(JSON.parse(initial.textContent));
-setInterval(refresh, REFRESH_MS);
+setTimeout(refresh, REFRESH_MS);
