@@ -12,14 +12,16 @@ use support::clicks::{self, Clicks};
 use support::job::{self, JobDir};
 use support::{Isolation, Tail};
 
-const PARTITIONS: i32 = 2;
-const WINDOW_MS: i64 = 1000;
+pub(crate) const PARTITIONS: i32 = 2;
+pub(crate) const WINDOW_MS: i64 = 1000;
 
 fn log_of(job: &JobDir, name: &str) -> std::path::PathBuf {
     job.dir.path().join(name)
 }
 
-fn window_count_job(prefix: &str, records: usize) -> (JobDir, Vec<clicks::Input>) {
+/// A window-count job (parallelism 2, 200 ms checkpoints) over `records` clicks on
+/// `PARTITIONS` partitions, produced before it starts.
+pub(crate) fn window_count_job(prefix: &str, records: usize) -> (JobDir, Vec<clicks::Input>) {
     let job = job::job_dir(prefix);
     support::create_topic(&job.input, PARTITIONS);
     support::create_topic(&job.output, PARTITIONS);

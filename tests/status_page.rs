@@ -12,25 +12,18 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::clicks::{self, Clicks};
+use support::clicks;
 use support::job::{self, JobDir};
 use support::{Isolation, Tail};
 
-const PARTITIONS: i32 = 2;
-const WINDOW_MS: i64 = 1000;
+use crate::engine_failures::{PARTITIONS, WINDOW_MS};
 /// Where the browser test leaves its screenshots, for the CI log.
 const SCREENSHOTS: &str = "target/screenshots";
 
-/// A window-count job over `records` clicks already produced, and its running process.
+/// A window-count job over `records` clicks already produced (on the partitions and
+/// windows of this module's constants), and its running process.
 fn running_window_count(prefix: &str, records: usize) -> (JobDir, Vec<clicks::Input>, PathBuf, std::process::Child) {
-    let job = job::job_dir(prefix);
-    support::create_topic(&job.input, PARTITIONS);
-    support::create_topic(&job.output, PARTITIONS);
-    job.window_count(2, 200, WINDOW_MS as u64, "");
-    let mut clicks = Clicks::new(7, PARTITIONS, 100);
-    let mut input = clicks.take(records);
-    input.extend(clicks.flush());
-    support::produce(&job.input, &input);
+    let (job, input) = crate::engine_failures::window_count_job(prefix, records);
     let log = job.dir.path().join("weir.log");
     let child = job::start(&job.path(), &log, &[]);
     (job, input, log, child)
