@@ -15,7 +15,7 @@ use crate::checkpoint::recovery::{self, RecoveryError, ShardResume};
 use crate::checkpoint::store::{CheckpointStore, StoreError};
 use crate::dataflow::{InputTopics, KeyGroups, MAX_PARTITIONS, Shard, TaskFailure, input_id};
 use crate::job::{self, Job, Port};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, progress};
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin, Ports};
 use crate::sink::{self, Delivery, Member, ShardSink, Sink, SinkConfig, SinkError};
 use crate::source;
@@ -748,6 +748,12 @@ fn instances(
     let started = Instant::now();
     let mut restored_entries = 0u64;
     let mut stages = Vec::with_capacity(job.operators.len());
+    let restoring = !matches!(restore, Restore::Fresh);
+    let running = restoring.then(|| progress::begin("restoring keyed state into the operators", "key groups"));
+    if let Some(running) = &running {
+        let keyed = job.operators.iter().filter(|spec| spec.key_by).count() as u64;
+        running.work().add_total(keyed * u64::from(key_groups.count()));
+    }
     for (stage, (spec, plugin)) in (0u32..).zip(job.operators.iter().zip(plugins)) {
         let config: Vec<(String, String)> = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         if !spec.key_by && !matches!(restore, Restore::Fresh) {
@@ -768,10 +774,8 @@ fn instances(
             let watermark = restored.unwrap_or(i64::MIN);
             if restored.is_some() {
                 if spec.key_by {
-                    let groups = key_groups.range(subtask, job.parallelism);
-                    restored_entries += store.read_state(stage, groups, state::CHUNK_BYTES as usize, |chunk| {
-                        instance.restore(&chunk).map_err(TaskFailure::operator)
-                    })?;
+                    let work = running.as_ref().map(progress::Running::work);
+                    restored_entries += restore_groups(store, stage, key_groups.range(subtask, job.parallelism), &mut instance, work)?;
                 }
                 instance.restored(watermark).map_err(TaskFailure::operator)?;
             }
@@ -792,6 +796,30 @@ fn instances(
         );
     }
     Ok(stages)
+}
+
+/// Restores `groups` of `stage` into `instance`, group by group so that `work` can tell
+/// how far it is; returns the entries restored.
+fn restore_groups(
+    store: &CheckpointStore,
+    stage: u32,
+    groups: std::ops::Range<u32>,
+    instance: &mut OperatorInstance,
+    work: Option<&progress::Work>,
+) -> Result<u64, TaskFailure> {
+    let mut entries = 0;
+    for group in groups {
+        let mut bytes = 0;
+        let read = store.read_state(stage, group..group + 1, state::CHUNK_BYTES as usize, |chunk| {
+            bytes += chunk.data_len() as u64;
+            instance.restore(&chunk).map_err(TaskFailure::operator)
+        })?;
+        entries += read;
+        if let Some(work) = work {
+            work.add(1, read, bytes);
+        }
+    }
+    Ok(entries)
 }
 
 /// The event time a subtask restarts from: its own at the same parallelism; else the

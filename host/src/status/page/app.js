@@ -184,9 +184,9 @@ function renderOperators(job) {
   const body = clear(byId("operators").tBodies[0]);
   for (const op of job.graph.operators) {
     for (const s of op.subtasks) {
-      body.appendChild(row([[op.name], [s.subtask, "num"], [num(s.records_in), "num"], [num(s.records_in_per_s), "num"],
-        [num(s.records_out), "num"], [num(s.records_out_per_s), "num"], [watermark(s.watermark_ms, job.now_ms)],
-        [num(s.log_dropped_lines) + " lines", "num"]]));
+      body.appendChild(row([[op.name], [s.subtask, "num"], [num(s.records_in), "num wide"], [num(s.records_in_per_s), "num"],
+        [num(s.records_out), "num wide"], [num(s.records_out_per_s), "num"], [watermark(s.watermark_ms, job.now_ms)],
+        [num(s.log_dropped_lines) + " lines", "num wide"]]));
     }
   }
 }
@@ -195,7 +195,7 @@ function renderPartitions(job) {
   const body = clear(byId("partitions").tBodies[0]);
   for (const source of job.graph.sources) {
     for (const p of source.partitions) {
-      body.appendChild(row([[source.name], [source.topic], [p.partition, "num"], [num(p.lag), "num lag"], [watermark(p.watermark_ms, job.now_ms)]]));
+      body.appendChild(row([[source.name], [source.topic, "wide"], [p.partition, "num"], [num(p.lag), "num lag"], [watermark(p.watermark_ms, job.now_ms)]]));
     }
   }
 }
