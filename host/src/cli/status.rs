@@ -159,11 +159,13 @@ fn render_operator(operator: &OperatorNode, now_ms: u64, out: &mut String) {
     }
 }
 
-/// `text` with every control character but the line ends shown as an escape: failure
-/// messages can quote records, which must not drive the terminal.
+/// `text` with every control character but the line ends, and every character that
+/// reorders or hides text (bidi overrides, zero-width ones), shown as an escape: failure
+/// messages can quote records, which must not drive or disguise the terminal.
 fn printable(text: &str) -> String {
+    let hidden = |c: char| matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
     text.chars()
-        .map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() })
+        .map(|c| if (c.is_control() && c != '\n') || hidden(c) { c.escape_unicode().to_string() } else { c.to_string() })
         .collect()
 }
 
@@ -200,5 +202,6 @@ mod tests {
     #[test]
     fn control_characters_are_shown_not_sent_to_the_terminal() {
         assert_eq!(printable("trap: \u{1b}[2Jgone\r\nnext\n"), "trap: \\u{1b}[2Jgone\\u{d}\nnext\n");
+        assert_eq!(printable("a\u{202e}cba"), "a\\u{202e}cba");
     }
 }

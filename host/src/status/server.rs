@@ -31,10 +31,11 @@ const MAX_REQUESTS: usize = 16;
 /// Connections open at once; more wait to be accepted. No number of clients can take
 /// the file descriptors the job needs for its store and Kafka.
 const MAX_CONNECTIONS: usize = 64;
-/// A connection that reads or writes nothing for this long is closed (a browser's idle
-/// keep-alive, a client that reads no answer).
+/// A connection that reads or writes nothing for this long while a request is answered
+/// is closed (a client that reads no answer).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// A request's head must arrive whole within this, however slowly it trickles.
+/// A request's head must arrive whole within this, however slowly it trickles; hyper
+/// starts it anew for each request, so an idle keep-alive connection closes after it too.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deadline for answering one request, waiting for a slot included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,7 +59,7 @@ pub struct Server {
 struct Shared {
     status: Arc<Status>,
     slots: Arc<Semaphore>,
-    /// Bound to a loopback address: a request must name it by IP or as localhost.
+    /// Bound to a loopback or unspecified address: a request must name an IP or localhost.
     loopback: bool,
 }
 
@@ -105,18 +106,20 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Answers until the task is dropped; returns only if serving fails for good.
+    /// Answers until the task is dropped; returns only if the bound address is gone.
     pub async fn run(self) -> io::Result<()> {
         self.run_within(MAX_CONNECTIONS, IDLE_TIMEOUT).await
     }
 
     async fn run_within(self, connections: usize, idle: Duration) -> io::Result<()> {
-        let loopback = self.listener.local_addr()?.ip().is_loopback();
+        // An unspecified address (0.0.0.0, [::]) takes loopback connections too.
+        let ip = self.listener.local_addr()?.ip();
+        let loopback = ip.is_loopback() || ip.is_unspecified();
         let shared = Shared { status: self.status, slots: Arc::new(Semaphore::new(MAX_REQUESTS)), loopback };
         let service = TowerToHyperService::new(router(shared));
         let listener = Bounded { listener: self.listener, slots: Arc::new(Semaphore::new(connections)), idle };
         loop {
-            let (connection, peer) = listener.accept().await?;
+            let (connection, peer) = listener.accept().await;
             let service = service.clone();
             tokio::spawn(async move {
                 let served = hyper::server::conn::http1::Builder::new()
@@ -147,18 +150,19 @@ fn router(shared: Shared) -> Router {
 /// Each request waits for one of [`MAX_REQUESTS`] slots and is answered within
 /// [`REQUEST_TIMEOUT`]; every answer says it is not to be framed or sniffed.
 async fn bounded(State(shared): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if shared.loopback && !names_this_host(&request) {
+    let mut response = if shared.loopback && !names_this_host(&request) {
         // A page of another site whose name was pointed at 127.0.0.1 (DNS rebinding)
         // must not read the job's status, whose messages may quote records.
-        return (StatusCode::MISDIRECTED_REQUEST, "weir answers requests for its IP address or localhost only\n").into_response();
-    }
-    let answer = async {
-        let _slot = shared.slots.acquire().await.expect("never closed");
-        next.run(request).await
-    };
-    let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
-        Ok(response) => response,
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy: try again\n").into_response(),
+        (StatusCode::MISDIRECTED_REQUEST, "weir answers requests for its IP address or localhost only\n").into_response()
+    } else {
+        let answer = async {
+            let _slot = shared.slots.acquire().await.expect("never closed");
+            next.run(request).await
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
+            Ok(response) => response,
+            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy: try again\n").into_response(),
+        }
     };
     let headers = response.headers_mut();
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
@@ -213,31 +217,33 @@ struct Bounded {
 }
 
 impl Bounded {
-    /// The next connection, once one of the slots is free; an error only when accepting
-    /// fails for good (a peer that reset, or too many open files for a moment, does not).
-    async fn accept(&self) -> io::Result<(Connection, SocketAddr)> {
+    /// The next connection, once one of the slots is free. A failed accept (a peer that
+    /// reset, a network error of a pending connection, too many open files for a moment)
+    /// is retried after a pause: the page and metrics never stop for one.
+    async fn accept(&self) -> (Connection, SocketAddr) {
         let slot = Arc::clone(&self.slots).acquire_owned().await.expect("never closed");
         loop {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
                     let idle = Box::pin(tokio::time::sleep(self.idle));
-                    return Ok((Connection { stream, idle, limit: self.idle, _slot: slot }, peer));
+                    return (Connection { stream, idle, limit: self.idle, _slot: slot }, peer);
                 }
-                Err(error) if is_transient(&error) => {
-                    tracing::debug!("accepting a status connection failed: {error}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(error) => {
+                    let pause = if is_of_a_peer(&error) { Duration::from_millis(50) } else { Duration::from_secs(1) };
+                    tracing::debug!("accepting a status connection failed, retrying in {pause:?}: {error}");
+                    tokio::time::sleep(pause).await;
                 }
-                Err(error) => return Err(error),
             }
         }
     }
 }
 
-fn is_transient(e: &io::Error) -> bool {
+/// An accept error that belongs to the one connection, not to the listener.
+fn is_of_a_peer(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
-    ) || e.raw_os_error().is_some_and(|code| code == libc::ENFILE || code == libc::EMFILE)
+    )
 }
 
 /// An accepted connection: holds its slot until it closes, and fails once it has read
@@ -280,6 +286,16 @@ impl AsyncWrite for Connection {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
         this.within(cx, polled)
+    }
+
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.within(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
