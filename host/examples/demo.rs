@@ -46,7 +46,7 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let committed = read_committed(&brokers, &output, expected.len(), WAIT);
     let elapsed = started.elapsed();
-    let metrics = metrics_line(&log);
+    let status = status_line(&log);
     stop(&mut weir)?;
     let committed = committed?;
 
@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
     let actual: BTreeMap<String, u64> = committed.iter().map(|(_, v)| (v.clone(), 1)).collect();
     println!();
     println!("{} clicks in, {} window counts committed (read_committed) in {:.1}s", clicks.len(), committed.len(), elapsed.as_secs_f64());
-    if let Some(line) = metrics {
+    if let Some(line) = status {
         println!("{line}");
     }
     println!("job log: {}", log.display());
@@ -233,11 +233,12 @@ fn print_counts(committed: &[(String, String)]) {
     }
 }
 
-fn metrics_line(log: &Path) -> Option<String> {
+/// Where the job served its status page, from its log line `status page at http://ADDR/ (…)`.
+fn status_line(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
-    let at = text.find("metrics at ")?;
-    let url = text[at + "metrics at ".len()..].lines().next()?.trim().to_string();
-    Some(format!("metrics were served at {url} while the job ran"))
+    let at = text.find("status page at ")?;
+    let url = text[at + "status page at ".len()..].split_whitespace().next()?.to_string();
+    Some(format!("the status page was served at {url} (its JSON at {url}api/v1/job, metrics at {url}metrics) while the job ran"))
 }
 
 fn stop(weir: &mut Child) -> anyhow::Result<()> {
