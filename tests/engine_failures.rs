@@ -219,7 +219,7 @@ fn finish_window_count(job: &JobDir, input: &[clicks::Input], log_name: &str) {
 
 /// A pass-through job with the plugin that panics on values starting with `poison`;
 /// each poison value is distinct, so a lost one cannot hide behind a duplicated one.
-fn poison_job(prefix: &str, dead_letter: bool) -> (JobDir, Vec<clicks::Input>, String) {
+pub(crate) fn poison_job(prefix: &str, dead_letter: bool) -> (JobDir, Vec<clicks::Input>, String) {
     let job = job::job_dir(prefix);
     let dlq = support::unique_name(&format!("{prefix}-dlq"));
     support::create_topic(&job.input, PARTITIONS);

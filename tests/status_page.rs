@@ -163,19 +163,7 @@ fn weir_status_where_no_job_answers_is_a_clear_error() {
 
 #[test]
 fn a_restart_shows_with_the_plugins_message_and_dead_letters_are_counted() {
-    let job = job::job_dir("status-poison");
-    let dlq = support::unique_name("status-poison-dlq");
-    support::create_topic(&job.input, PARTITIONS);
-    support::create_topic(&job.output, PARTITIONS);
-    support::create_topic(&dlq, 1);
-    job.one_operator(2, 200, ("passthrough", &support::plugin("bad-trap"), false), "", &format!("dead_letter_topic = \"{dlq}\""));
-    let input: Vec<clicks::Input> = (0..2_000)
-        .map(|i| {
-            let value = if i % 500 == 250 { format!("poison-{i}") } else { format!("record-{i}") };
-            ((i % PARTITIONS as usize) as i32, format!("k{i}").into_bytes(), value.into_bytes(), 1_000 + i as i64)
-        })
-        .collect();
-    support::produce(&job.input, &input);
+    let (job, input, _) = crate::engine_failures::poison_job("status-poison", true);
     let poison = input.iter().filter(|r| r.2.starts_with(b"poison")).count() as u64;
     let log = job.dir.path().join("weir.log");
     let mut child = job::start(&job.path(), &log, &[]);

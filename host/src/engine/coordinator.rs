@@ -19,7 +19,7 @@ use crate::checkpoint::layout;
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::dataflow::{Event, InputTopics, TaskFailure};
 use crate::metrics::Metrics;
-use crate::metrics::history::{self, CheckpointEntry};
+use crate::metrics::history::CheckpointEntry;
 use crate::sink::{self, Sink};
 use crate::source::Control;
 use crate::state::StateChanges;
@@ -97,8 +97,7 @@ pub(super) enum Outcome {
 impl Coordinator<'_> {
     pub(super) fn run(&mut self) -> Result<Outcome, TaskFailure> {
         if let Some(resumed) = self.next.checked_sub(1).filter(|&n| n > 0) {
-            self.metrics.checkpoint().resumed(resumed);
-            self.metrics.history().resumed(resumed);
+            self.metrics.resumed(resumed);
         }
         let mut due = Instant::now() + self.interval.min(FIRST_CHECKPOINT);
         loop {
@@ -231,15 +230,11 @@ impl Coordinator<'_> {
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);
         self.metrics.checkpoint().state_changes(changed, changed_bytes);
         self.metrics.history().committed(CheckpointEntry {
-            id: n,
-            started_at_ms: history::now_ms().saturating_sub(duration.as_millis() as u64),
-            duration_ms: duration.as_millis() as u64,
-            committed: true,
-            error: None,
             state_changes: changed,
             changelog_records: records,
             changelog_bytes: record_bytes,
             bases,
+            ..CheckpointEntry::began(n, duration)
         });
         tracing::info!(
             checkpoint = n,

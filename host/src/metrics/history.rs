@@ -55,6 +55,24 @@ pub struct CheckpointEntry {
     pub bases: u32,
 }
 
+impl CheckpointEntry {
+    /// Checkpoint `id`, begun `took` ago and not committed, having changed nothing:
+    /// what a commit or a failure fills in.
+    pub fn began(id: u64, took: Duration) -> CheckpointEntry {
+        CheckpointEntry {
+            id,
+            started_at_ms: now_ms().saturating_sub(took.as_millis() as u64),
+            duration_ms: took.as_millis() as u64,
+            committed: false,
+            error: None,
+            state_changes: 0,
+            changelog_records: 0,
+            changelog_bytes: 0,
+            bases: 0,
+        }
+    }
+}
+
 /// An attempt that failed and was started again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestartEntry {
@@ -131,17 +149,7 @@ impl History {
 
     /// Checkpoint `id`, begun `took` ago, that failed with `error`.
     pub fn failed(&self, id: u64, took: Duration, error: &dyn std::fmt::Display) {
-        let entry = CheckpointEntry {
-            id,
-            started_at_ms: now_ms().saturating_sub(took.as_millis() as u64),
-            duration_ms: took.as_millis() as u64,
-            committed: false,
-            error: Some(bounded(error)),
-            state_changes: 0,
-            changelog_records: 0,
-            changelog_bytes: 0,
-            bases: 0,
-        };
+        let entry = CheckpointEntry { error: Some(bounded(error)), ..CheckpointEntry::began(id, took) };
         push(&mut self.inner().checkpoints, entry, CHECKPOINTS);
     }
 
@@ -227,17 +235,7 @@ mod tests {
     use super::*;
 
     fn checkpoint(id: u64) -> CheckpointEntry {
-        CheckpointEntry {
-            id,
-            started_at_ms: 1,
-            duration_ms: 2,
-            committed: false,
-            error: None,
-            state_changes: 0,
-            changelog_records: 0,
-            changelog_bytes: 0,
-            bases: 0,
-        }
+        CheckpointEntry::began(id, Duration::from_millis(2))
     }
 
     #[test]

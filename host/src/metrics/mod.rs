@@ -170,7 +170,7 @@ impl CheckpointMetrics {
     }
 
     /// An attempt resumes from checkpoint `n`, committed before it began.
-    pub fn resumed(&self, n: u64) {
+    fn resumed(&self, n: u64) {
         if self.last_committed.get() < i64::try_from(n).unwrap_or(i64::MAX) {
             self.last_committed.set(i64::try_from(n).unwrap_or(i64::MAX));
         }
@@ -409,11 +409,6 @@ impl Metrics {
         self.families.partition_watermark.remove(&labels);
     }
 
-    /// The lag gauge of one input partition.
-    pub fn consumer_lag(&self, topic: &str, partition: i32) -> Gauge {
-        self.partition(topic, partition).lag
-    }
-
     /// Every operator subtask's series, in operator name and subtask order.
     pub fn subtasks(&self) -> Vec<SubtaskReading> {
         let index = self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -444,6 +439,13 @@ impl Metrics {
     /// Recent checkpoints, restarts and rebalances.
     pub fn history(&self) -> &History {
         &self.history
+    }
+
+    /// An attempt resumes from checkpoint `n`, committed before it began: the last
+    /// committed checkpoint until it commits one.
+    pub fn resumed(&self, n: u64) {
+        self.checkpoint.resumed(n);
+        self.history.resumed(n);
     }
 
     /// An attempt failed with `failure` and the next begins after `backoff`; `budgeted`

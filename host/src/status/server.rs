@@ -389,7 +389,7 @@ topic = "counts"
         metrics.operator("count", 1).records_in.inc_by(8);
         metrics.checkpoint().committed(12, Duration::from_millis(30), 4096);
         metrics.restarts().inc();
-        metrics.consumer_lag("clicks", 3).set(250);
+        metrics.partition("clicks", 3).lag.set(250);
         metrics.partition("clicks", 3).watermark.set(5);
         metrics.dead_letter_records().inc_by(2);
         let addr = serving(metrics).await;
@@ -418,20 +418,9 @@ topic = "counts"
     async fn the_api_and_the_page_say_what_the_metrics_and_history_say() {
         let metrics = Metrics::new();
         metrics.operator("count", 0).records_in.inc_by(3);
-        metrics.consumer_lag("clicks", 0).set(9);
+        metrics.partition("clicks", 0).lag.set(9);
         metrics.checkpoint().committed(4, Duration::from_millis(20), 0);
-        let entry = CheckpointEntry {
-            id: 4,
-            started_at_ms: 1,
-            duration_ms: 20,
-            committed: true,
-            error: None,
-            state_changes: 0,
-            changelog_records: 0,
-            changelog_bytes: 0,
-            bases: 0,
-        };
-        metrics.history().committed(entry);
+        metrics.history().committed(CheckpointEntry::began(4, Duration::from_millis(20)));
         metrics.history().restarted(&"operator `count` trapped: </script><script>alert(1)</script>", Duration::ZERO);
         let addr = serving(metrics).await;
 
