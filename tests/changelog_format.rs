@@ -1,11 +1,16 @@
-//! A changelog written in the format of one Kafka record per changed key (weir up to
-//! commit e069c63) is still read: `tests/fixtures/changelog-per-key.json` holds such a
-//! changelog as that binary committed it, with the job's committed offsets and output,
-//! after it counted the first part of a click stream. The job continues from it on a
-//! new machine (no state_dir), under kills, writes its checkpoints in packed segments,
-//! and its whole committed output equals the reference.
+//! Changelogs that older weirs wrote are still read. Each fixture holds one as that
+//! binary committed it, with the job's committed offsets and output, after it counted
+//! the first part of a click stream:
+//! - `tests/fixtures/changelog-per-key.json`: one Kafka record per changed key (weir up
+//!   to commit e069c63);
+//! - `tests/fixtures/changelog-packed-1.json`: packed records of version 1, whose keys
+//!   held the base's id (weir from 38ef51d to d19ab2b), written by continuing the first
+//!   fixture: records of one key each, their removals, bases and segments.
 //!
-//! `write_fixture` made the fixture with that binary; run it again only to replace it.
+//! The job continues from each on a new machine (no state_dir), under kills, writes its
+//! checkpoints in today's packed records, and its whole committed output equals the
+//! reference. `write_fixture` and `write_packed_1_fixture` made the fixtures with those
+//! binaries (`WEIR_BIN`); run them again only to replace them.
 
 use crate::support;
 
@@ -34,6 +39,20 @@ const KEYS: u64 = 400;
 const FIRST: usize = 6_000;
 const SECOND: usize = 6_000;
 
+/// A changelog format an older weir wrote: its fixture's file, and how many records of
+/// the click stream it had counted.
+struct Format {
+    file: &'static str,
+    counted: usize,
+}
+
+const PER_KEY: Format = Format { file: "changelog-per-key.json", counted: FIRST };
+const PACKED_1: Format = Format { file: "changelog-packed-1.json", counted: FIRST + SECOND / 2 };
+
+/// The fixtures share the job's name, which their changelogs and offsets hold, and so
+/// its topics and group: one test at a time uses them.
+static TOPICS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A changelog record: (partition, key, value or none for a removal, headers).
 type FixtureRecord = (i32, String, Option<String>, Vec<(String, String)>);
 
@@ -51,8 +70,12 @@ struct Fixture {
     output: Vec<(i32, String, String)>,
 }
 
-fn fixture_path() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/changelog-per-key.json")
+fn fixture_path(format: &Format) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(format.file)
+}
+
+fn read_fixture(format: &Format) -> Fixture {
+    serde_json::from_str(&std::fs::read_to_string(fixture_path(format)).expect("the fixture")).expect("fixture JSON")
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -63,11 +86,11 @@ fn unhex(text: &str) -> Vec<u8> {
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex")).collect()
 }
 
-/// The click stream of the fixture: its first part, then the rest and the flush.
-fn input() -> (Vec<Input>, Vec<Input>) {
+/// The click stream: the part `format`'s fixture had counted, then the rest and the flush.
+fn input(format: &Format) -> (Vec<Input>, Vec<Input>) {
     let mut clicks = Clicks::new(SEED, PARTITIONS, KEYS);
-    let first = clicks.take(FIRST);
-    let mut second = clicks.take(SECOND);
+    let first = clicks.take(format.counted);
+    let mut second = clicks.take(FIRST + SECOND - format.counted);
     second.extend(clicks.flush());
     (first, second)
 }
@@ -106,23 +129,20 @@ fn committed_offsets() -> Vec<(i32, i64, String)> {
     support::committed_with_metadata(JOB, INPUT, PARTITIONS)
 }
 
-#[test]
-#[ignore = "writes the fixture with the binary under test; run once per format change"]
-fn write_fixture() {
-    let job = fixture_job();
-    start_clean(&job);
-    let (first, _) = input();
-    support::produce(&job.input, &first);
-    let log = job.dir.path().join("weir.log");
-    let mut child = job::start(&job.path(), &log, &[]);
+/// Waits until the job's group has committed the ends of `input`.
+fn wait_counted(input: &[Input], log: &Path) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let wanted: BTreeMap<i32, i64> =
-        (0..PARTITIONS).map(|p| (p, first.iter().filter(|(partition, ..)| *partition == p).count() as i64)).collect();
+        (0..PARTITIONS).map(|p| (p, input.iter().filter(|(partition, ..)| *partition == p).count() as i64)).collect();
     while committed_offsets().iter().map(|&(p, o, _)| (p, o)).collect::<BTreeMap<_, _>>() != wanted {
-        assert!(Instant::now() < deadline, "the first part was not committed; log:\n{}", job::read_log(&log));
+        assert!(Instant::now() < deadline, "the input was not committed; log:\n{}", job::read_log(log));
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+}
+
+/// Writes `format`'s fixture from what the stopped job left on the broker, after the
+/// output of the fixture it continued (`earlier`).
+fn save_fixture(format: &Format, earlier: Vec<(i32, String, String)>) {
     let changelog = support::read_to_end_with_headers(&format!("{JOB}-changelog"), KEY_GROUPS as i32, Isolation::ReadCommitted)
         .into_iter()
         .map(|(partition, key, value, headers)| {
@@ -133,20 +153,63 @@ fn write_fixture() {
         .collect();
     let output = support::read_to_end(OUTPUT, PARTITIONS, Isolation::ReadCommitted)
         .into_iter()
-        .map(|(partition, key, value)| (partition, hex(&key.unwrap_or_default()), hex(&value)))
-        .collect();
+        .map(|(partition, key, value)| (partition, hex(&key.unwrap_or_default()), hex(&value)));
+    let output = earlier.into_iter().chain(output).collect();
     let written_by = String::from_utf8(job::weir().arg("--version").output().expect("weir --version").stdout).unwrap();
     let fixture = Fixture { written_by: written_by.trim().into(), offsets: committed_offsets(), changelog, output };
-    std::fs::write(fixture_path(), serde_json::to_string_pretty(&fixture).unwrap()).expect("writing the fixture");
+    std::fs::write(fixture_path(format), serde_json::to_string_pretty(&fixture).unwrap()).expect("writing the fixture");
 }
 
-/// Puts the fixture's changelog, committed offsets and first input back on the broker, as
-/// the old binary left them.
-fn restore_fixture(job: &JobDir, fixture: &Fixture, first: &[Input]) {
+#[test]
+#[ignore = "writes the fixture with the binary under test; run once per format change"]
+fn write_fixture() {
+    let _topics = TOPICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let job = fixture_job();
+    start_clean(&job);
+    let (first, _) = input(&PER_KEY);
+    support::produce(&job.input, &first);
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    wait_counted(&first, &log);
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    save_fixture(&PER_KEY, Vec::new());
+}
+
+#[test]
+#[ignore = "writes the fixture with the binary under test (weir up to d19ab2b); run once per format change"]
+fn write_packed_1_fixture() {
+    let _topics = TOPICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let job = fixture_job();
+    let (first, _) = input(&PER_KEY);
+    let per_key = read_fixture(&PER_KEY);
+    restore_fixture(&job, &per_key, &first);
+    let (counted, _) = input(&PACKED_1);
+    // In three parts, each counted before the next: the first checkpoint writes every
+    // group's base (it holds records of one key each), the later ones segments after it.
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let part = (counted.len() - first.len()).div_ceil(3);
+    for start in (first.len()..counted.len()).step_by(part) {
+        let end = (start + part).min(counted.len());
+        support::produce(&job.input, &counted[start..end]);
+        wait_counted(&counted[..end], &log);
+    }
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    save_fixture(&PACKED_1, per_key.output);
+    let ends = read_fixture(&PACKED_1).changelog.iter().filter(|(_, key, value, _)| value.is_some() && is_base_end(&Some(unhex(key)), 1)).count();
+    assert!(ends > 0, "the binary wrote no version 1 base; log:\n{}", job::read_log(&log));
+}
+
+/// Puts the fixture's changelog, committed offsets and the input it counted back on the
+/// broker, as the old binary left them.
+fn restore_fixture(job: &JobDir, fixture: &Fixture, counted: &[Input]) {
     start_clean(job);
-    support::produce(&job.input, first);
+    support::produce(&job.input, counted);
     let changelog = format!("{JOB}-changelog");
-    support::create_topic_with(&changelog, KEY_GROUPS as i32, &[("cleanup.policy", "compact")]);
+    // Cleaned as soon as the broker's cleaner looks, so the old records and the new are
+    // compacted together while the job runs.
+    let cleaning = [("cleanup.policy", "compact"), ("segment.ms", "1000"), ("min.cleanable.dirty.ratio", "0.01"), ("min.compaction.lag.ms", "0")];
+    support::create_topic_with(&changelog, KEY_GROUPS as i32, &cleaning);
     let producer: BaseProducer =
         ClientConfig::new().set("bootstrap.servers", support::brokers()).set("enable.idempotence", "true").create().expect("producer");
     for (partition, key, value, headers) in &fixture.changelog {
@@ -177,13 +240,53 @@ fn restore_fixture(job: &JobDir, fixture: &Fixture, first: &[Input]) {
 
 #[test]
 fn a_changelog_of_one_record_per_key_is_read_and_continued_in_segments() {
-    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(fixture_path()).expect("the fixture")).expect("fixture JSON");
+    let _topics = TOPICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let records = continue_under_kills(&PER_KEY);
+    let packed = records.iter().filter(|(_, key, ..)| key.as_deref().is_some_and(weir::state::packed::is_packed_key)).count();
+    assert!(packed > 0, "the job went on writing one record per key");
+}
+
+#[test]
+fn a_changelog_of_version_1_packed_records_is_read_and_continued_in_todays() {
+    let _topics = TOPICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let fixture = read_fixture(&PACKED_1);
+    let old: Vec<Vec<u8>> = fixture.changelog.iter().map(|(_, key, ..)| unhex(key)).filter(|key| packed_version(key) == Some(1)).collect();
+    assert!(old.iter().any(|key| key[6] == b'e'), "the fixture holds version 1 bases");
+    let records = continue_under_kills(&PACKED_1);
+    let version_2_base = |group: i32| records.iter().any(|(p, key, value, _)| *p == group && is_base_end(key, 2) && !value.is_empty());
+    assert!((0..KEY_GROUPS as i32).any(version_2_base), "the job wrote no base in today's format");
+    // Once a group has a base in today's format, every version 1 record of it is removed
+    // (the job has one keyed stage, so a partition's records are one group's).
+    for (at, (partition, key, value, _)) in records.iter().enumerate() {
+        let key = key.as_deref().unwrap_or_default();
+        if packed_version(key) != Some(1) || value.is_empty() || !version_2_base(*partition) {
+            continue;
+        }
+        let removed = records[at + 1..].iter().any(|(p, later, v, _)| p == partition && later.as_deref() == Some(key) && v.is_empty());
+        assert!(removed, "a version 1 record of key group {partition} outlived the group's new base");
+    }
+}
+
+/// The version of a packed record's key (`state::packed`), if it is one.
+fn packed_version(key: &[u8]) -> Option<u8> {
+    weir::state::packed::is_packed_key(key).then(|| key[5])
+}
+
+fn is_base_end(key: &Option<Vec<u8>>, version: u8) -> bool {
+    key.as_deref().is_some_and(|key| packed_version(key) == Some(version) && key[6] == b'e')
+}
+
+/// Puts `format`'s fixture back, runs the job on the rest of the input under kills, half
+/// of them followed by the state_dir's loss, and checks the whole output; returns the
+/// changelog's committed records then.
+fn continue_under_kills(format: &Format) -> Vec<support::ReadWithHeaders> {
+    let fixture = read_fixture(format);
     let job = fixture_job();
-    let (first, second) = input();
+    let (first, second) = input(format);
     restore_fixture(&job, &fixture, &first);
     let ends: Vec<i64> = (0..PARTITIONS).map(|p| first.iter().filter(|r| r.0 == p).count() as i64).collect();
     for &(partition, offset, _) in &fixture.offsets {
-        assert_eq!(offset, ends[partition as usize], "the fixture's offsets are the first part's ends");
+        assert_eq!(offset, ends[partition as usize], "the fixture's offsets are the counted part's ends");
     }
     support::produce(&job.input, &second);
 
@@ -217,8 +320,5 @@ fn a_changelog_of_one_record_per_key_is_read_and_continued_in_segments() {
     let actual = clicks::as_multiset(&committed);
     assert!(actual == expected, "{}", clicks::difference(&expected, &actual));
     assert!(text.contains("rebuilding keyed state from the whole changelog"), "the first start read the old changelog:\n{text}");
-
-    let records = support::read_to_end_with_headers(&format!("{JOB}-changelog"), KEY_GROUPS as i32, Isolation::ReadCommitted);
-    let packed = records.iter().filter(|(_, key, ..)| key.as_deref().is_some_and(weir::state::packed::is_packed_key)).count();
-    assert!(packed > 0, "the job went on writing one record per key");
+    support::read_to_end_with_headers(&format!("{JOB}-changelog"), KEY_GROUPS as i32, Isolation::ReadCommitted)
 }

@@ -198,7 +198,8 @@ fn wait_committed(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, child: &m
     }
 }
 
-/// A packed record's key, built here from the documented layout (`state::packed`).
+/// A packed record's key of version 1, which held the base's id, built here from the
+/// documented layout (`state::packed`).
 fn packed_key(kind: u8, stage: u32, group: u32, base: u64, seq: u32) -> Vec<u8> {
     let mut key = b"\xff\xff\xff\xffP\x01".to_vec();
     key.push(kind);
@@ -207,6 +208,24 @@ fn packed_key(kind: u8, stage: u32, group: u32, base: u64, seq: u32) -> Vec<u8> 
     key.extend_from_slice(&base.to_be_bytes());
     key.extend_from_slice(&seq.to_be_bytes());
     key
+}
+
+/// A packed record's key of version 2: the base's id is in the value.
+fn packed_key_2(kind: u8, stage: u32, group: u32, seq: u32) -> Vec<u8> {
+    let mut key = b"\xff\xff\xff\xffP\x02".to_vec();
+    key.push(kind);
+    key.extend_from_slice(&stage.to_be_bytes());
+    key.extend_from_slice(&group.to_be_bytes());
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// A version 2 value: the version, base `base`, then `body` (a version 1 value's after its version).
+fn packed_value_2(base: u64, body: &[u8]) -> Vec<u8> {
+    let mut value = vec![2];
+    value.extend_from_slice(&base.to_le_bytes());
+    value.extend_from_slice(body);
+    value
 }
 
 /// A packed value of `entries`, each a key and a value.
@@ -252,6 +271,9 @@ fn incomplete_bases_are_never_used() {
     let (group, other) = (3, 5);
     let key = key_in_group(&input, group);
     let garbage = packed_entries(&[(&key, b"not the plugin's state")]);
+    // The same in version 2's records, in two other groups.
+    let (group_2, other_2) = (1, 6);
+    let garbage_2 = packed_value_2(44, &packed_entries(&[(&key_in_group(&input, group_2), b"not the plugin's state")])[1..]);
     produce_raw(
         &changelog,
         &[
@@ -259,6 +281,9 @@ fn incomplete_bases_are_never_used() {
             (other as i32, packed_key(b'b', 0, other, 43, 0), packed_entries(&[])),
             // An end saying two chunks (n=1, chunks=2, entries=0, bytes=0).
             (other as i32, packed_key(b'e', 0, other, 43, 0), vec![1, 1, 2, 0, 0]),
+            (group_2 as i32, packed_key_2(b'b', 0, group_2, 0), garbage_2),
+            (other_2 as i32, packed_key_2(b'b', 0, other_2, 0), packed_value_2(45, &[])),
+            (other_2 as i32, packed_key_2(b'e', 0, other_2, 0), packed_value_2(45, &[1, 2, 0, 0])),
         ],
     );
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");

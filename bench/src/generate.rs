@@ -1,5 +1,5 @@
 //! The generator: produces the seeded workload (then one flush record per partition) as
-//! fast as the broker takes it, idempotently, and reports records/s.
+//! fast as the broker takes it, or at a given rate, idempotently, and reports records/s.
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,10 @@ pub(crate) struct Report {
     pub(crate) bytes: u64,
 }
 
-pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload, flush: bool) -> anyhow::Result<Report> {
+/// Records sent between two checks of a paced generator's schedule.
+const PACE_EVERY: usize = 256;
+
+pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload, flush: bool, rate: Option<u32>) -> anyhow::Result<Report> {
     topics::create(brokers, topic, workload.partitions)?;
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -38,6 +41,11 @@ pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload, flush: bool) 
         send(&producer, BaseRecord::to(topic).partition(rec.partition).key(key.as_str()).payload(value.as_str()).timestamp(rec.ts))?;
         if i % 1024 == 0 {
             producer.poll(Duration::ZERO);
+        }
+        if let Some(rate) = rate.filter(|_| i % PACE_EVERY == 0) {
+            // Ahead of the schedule: wait until record i is due.
+            let due = started + Duration::from_secs_f64(i as f64 / f64::from(rate.max(1)));
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
         if (i as u64 + 1).is_multiple_of(step) {
             eprintln!("weir-bench gen: {} of {} records", i + 1, workload.records);

@@ -90,7 +90,7 @@ pub(crate) fn generate(brokers: &str, users_topic: &str, clicks_topic: &str, siz
     let started = Instant::now();
     produce_users(brokers, users_topic, sizes)?;
     eprintln!("weir-bench join-gen: {} users into {users_topic} in {:.1} s", sizes.users, started.elapsed().as_secs_f64());
-    let r = generate::run(brokers, clicks_topic, &sizes.clicks(), false)?;
+    let r = generate::run(brokers, clicks_topic, &sizes.clicks(), false, None)?;
     eprintln!("weir-bench join-gen: {} clicks into {clicks_topic} in {:.1} s", r.records, r.seconds);
     Ok(())
 }

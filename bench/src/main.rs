@@ -107,6 +107,9 @@ enum Cmd {
         /// Leave out the flush records, so windows stay open (the state benchmark).
         #[arg(long)]
         no_flush: bool,
+        /// Produce at this many records per second (default: as fast as the broker takes them).
+        #[arg(long)]
+        rate: Option<u32>,
     },
     /// Copy input to output in transactions committed every --commit-ms (runs until killed).
     Copy {
@@ -312,8 +315,8 @@ fn main() -> anyhow::Result<()> {
             failover::run(&spec)
         }
         Cmd::GroupMember { brokers, topic, group, protocol, session_ms } => group::member(&brokers, &topic, &group, protocol, session_ms),
-        Cmd::Gen { brokers, topic, workload, results, no_flush } => {
-            let r = generate::run(&brokers, &topic, &workload.workload(), !no_flush)?;
+        Cmd::Gen { brokers, topic, workload, results, no_flush, rate } => {
+            let r = generate::run(&brokers, &topic, &workload.workload(), !no_flush, rate)?;
             let rate = r.records as f64 / r.seconds;
             eprintln!(
                 "weir-bench gen: {} records in {:.2} s: {:.0} records/s, {:.1} MB/s",

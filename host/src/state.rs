@@ -9,6 +9,7 @@ pub mod packed;
 mod round;
 
 pub use ledger::GroupLog;
+pub(crate) use ledger::MAX_SEGMENT_SEQ;
 pub(crate) use round::{Round, shown_key};
 
 /// The data bytes of a chunk either way across the boundary: what the host asks of

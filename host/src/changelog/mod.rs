@@ -46,12 +46,17 @@ const RESEED_CHUNK_BYTES: usize = 1 << 20;
 const RESEED_TRANSACTION_BYTES: usize = 64 << 20;
 /// A new changelog's cleaner settings. A base replaces its group's older records,
 /// which the cleaner drops only from closed log segments and once they are this share
-/// of a partition's log: small segments, closed at least once a minute, and a low ratio
-/// keep the topic near its live records (Kafka's defaults, 1 GiB, 7 days and 0.5,
-/// would keep up to a gigabyte per partition).
+/// of a partition's log: small segments, closed every 10 s, and a low ratio keep the
+/// topic near its live records (Kafka's defaults, 1 GiB, 7 days and 0.5, would keep up
+/// to a gigabyte per partition). The open segment holds what was written since it was
+/// last closed, which no cleaner touches: with segments closed once a minute, that was
+/// most of what the topic kept (docs/benchmarks.md, "Changelog bytes on the broker").
 const CLEANABLE_DIRTY_RATIO: &str = "0.1";
 const SEGMENT_BYTES: &str = "8388608";
-const SEGMENT_MS: &str = "60000";
+const SEGMENT_MS: &str = "10000";
+/// The broker keeps a new changelog's records compressed: packed entries of keys in
+/// order take a fraction of their bytes, on disk and on a restore's way back.
+const COMPRESSION: &str = "lz4";
 /// Kafka's default `delete.retention.ms`: how long the cleaner keeps a removal at least.
 const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -330,26 +335,20 @@ fn holds(job: &Job, topic: &str, key_groups: KeyGroups, local: &Local) -> Result
 }
 
 /// The first of `positions` that the topic does not hold (an offset before a
-/// partition's start or past its end): `(partition, position, start, end)`.
-fn outside(job: &Job, topic: &str, partitions: u32, positions: &BTreeMap<i32, i64>) -> Result<Option<(i32, i64, i64, i64)>, TaskFailure> {
-    let consumer = client(job)?;
-    for (&partition, &position) in positions {
-        if partition as u32 >= partitions {
-            return Ok(Some((partition, position, 0, 0)));
-        }
-        let (low, high) = watermarks(&consumer, topic, partition)?;
-        if position < low || position > high {
-            return Ok(Some((partition, position, low, high)));
-        }
+/// partition's start or past its end): `(partition, position, start, end)`. Two
+/// requests for all partitions, not two per partition.
+fn outside(job: &Job, partitions: u32, positions: &BTreeMap<i32, i64>) -> Result<Option<(i32, i64, i64, i64)>, TaskFailure> {
+    if let Some((&partition, &position)) = positions.iter().find(|&(&partition, _)| partition as u32 >= partitions) {
+        return Ok(Some((partition, position, 0, 0)));
     }
-    Ok(None)
-}
-
-/// The first and next offset of a changelog partition.
-fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i64, i64), TaskFailure> {
-    consumer
-        .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
-        .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of the changelog topic `{topic}` partition {partition}: {e}")))
+    let asked: BTreeSet<i32> = positions.keys().copied().collect();
+    let ends = Ends::stable(job)?;
+    let starts: BTreeMap<i32, i64> = ends.starts(&asked)?.into_iter().collect();
+    let ends: BTreeMap<i32, i64> = ends.of(&asked)?.into_iter().collect();
+    Ok(positions.iter().find_map(|(&partition, &position)| {
+        let (low, high) = (starts.get(&partition).copied().unwrap_or(0), ends.get(&partition).copied().unwrap_or(0));
+        (position < low || position > high).then_some((partition, position, low, high))
+    }))
 }
 
 /// Writes the state_dir's state of checkpoint `n` (every stage's entries, then `n`'s
@@ -499,7 +498,7 @@ fn tail_start(job: &Job, topic: &str, partitions: u32, base: &StateBase) -> Resu
         );
         return Ok(Tail::Whole(why));
     }
-    if let Some((partition, position, low, high)) = outside(job, topic, partitions, positions)? {
+    if let Some((partition, position, low, high)) = outside(job, partitions, positions)? {
         return Err(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` on {} no longer holds what followed the state_dir's state (checkpoint {}): \
              it recorded offset {position} of partition {partition}, which now holds offsets {low}..{high}. The \
@@ -712,7 +711,8 @@ fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailu
         .set("cleanup.policy", "compact")
         .set("min.cleanable.dirty.ratio", CLEANABLE_DIRTY_RATIO)
         .set("segment.bytes", SEGMENT_BYTES)
-        .set("segment.ms", SEGMENT_MS);
+        .set("segment.ms", SEGMENT_MS)
+        .set("compression.type", COMPRESSION);
     let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT)).request_timeout(Some(REQUEST_TIMEOUT));
     let results = runtime()?
         .block_on(admin.create_topics([&new], &options))
@@ -787,9 +787,23 @@ impl Ends {
     /// the next checkpoint writes to the changelog, each is at or before its first record.
     /// Retried for a while: a topic just created has no leaders at first.
     pub(crate) fn of(&self, partitions: &BTreeSet<i32>) -> Result<Vec<(i32, i64)>, TaskFailure> {
+        self.offsets(partitions, Offset::End)
+    }
+
+    /// The first offset each of `partitions` still holds, in one request per leader.
+    pub(crate) fn starts(&self, partitions: &BTreeSet<i32>) -> Result<Vec<(i32, i64)>, TaskFailure> {
+        self.offsets(partitions, Offset::Beginning)
+    }
+
+    /// Each partition's end, or start (`which`), retried for a while.
+    fn offsets(&self, partitions: &BTreeSet<i32>, which: Offset) -> Result<Vec<(i32, i64)>, TaskFailure> {
+        if partitions.is_empty() {
+            // librdkafka refuses a request for no partition.
+            return Ok(Vec::new());
+        }
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         loop {
-            match self.try_of(partitions) {
+            match self.try_offsets(partitions, which) {
                 Err(error) if Instant::now() < deadline => {
                     tracing::debug!("retrying: {error}");
                     std::thread::sleep(Duration::from_millis(100));
@@ -799,13 +813,13 @@ impl Ends {
         }
     }
 
-    fn try_of(&self, partitions: &BTreeSet<i32>) -> Result<Vec<(i32, i64)>, TaskFailure> {
+    fn try_offsets(&self, partitions: &BTreeSet<i32>, which: Offset) -> Result<Vec<(i32, i64)>, TaskFailure> {
         let topic = &self.topic;
-        let kafka = |e: String| TaskFailure::Kafka(format!("reading where the changelog topic `{topic}` ends: {e}"));
+        let kafka = |e: String| TaskFailure::Kafka(format!("reading where the changelog topic `{topic}` begins and ends: {e}"));
         let mut list = TopicPartitionList::new();
         for &partition in partitions {
-            // As a ListOffsets timestamp, End (-1) asks for the end.
-            list.add_partition_offset(topic, partition, Offset::End).map_err(|e| kafka(e.to_string()))?;
+            // As a ListOffsets timestamp, End (-1) asks for the end, Beginning (-2) the start.
+            list.add_partition_offset(topic, partition, which).map_err(|e| kafka(e.to_string()))?;
         }
         let found = self.consumer.offsets_for_times(list, REQUEST_TIMEOUT).map_err(|e| kafka(e.to_string()))?;
         found

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use crate::checkpoint::layout::{self, ChangelogRecord};
@@ -17,8 +16,8 @@ use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::dataflow::{KeyGroups, TaskFailure};
 use crate::job::Job;
 use crate::metrics::progress::{self, Work};
-use crate::state::packed::{self, BaseEnd, Kind, PackedKey};
-use crate::state::{GroupLog, StateChanges};
+use crate::state::packed::{self, BaseEnd, Kind, PackedRecord};
+use crate::state::{GroupLog, MAX_SEGMENT_SEQ, StateChanges};
 
 /// Replayed entries written to the store per batch.
 const WRITE_BATCH: usize = 100_000;
@@ -27,8 +26,6 @@ const WRITE_BATCH: usize = 100_000;
 /// most of a replay's work, and a partition is one key group, independent of the others.
 const MAX_READERS: usize = 4;
 
-/// How long the broker may take to say where a partition ends, for the progress estimate.
-const PROGRESS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a replay read.
 #[derive(Default)]
@@ -50,10 +47,11 @@ pub(super) fn read_into_store(job: &Job, store: &CheckpointStore, key_groups: Ke
     let shares: Vec<Vec<(i32, Offset)>> = (0..readers).map(|i| starts.iter().skip(i).step_by(readers).copied().collect()).collect();
     let running = progress::begin("restoring keyed state from the changelog", "offsets");
     let work = running.work();
+    let ranges = &ranges(job, starts);
     let results: Vec<Result<Read, TaskFailure>> = std::thread::scope(|scope| {
         let handles: Vec<_> = shares
             .iter()
-            .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, share, work)))
+            .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, (share, ranges), work)))
             .collect();
         // A reader's panic is the caller's, as if it had read alone.
         handles.into_iter().map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
@@ -69,12 +67,19 @@ pub(super) fn read_into_store(job: &Job, store: &CheckpointStore, key_groups: Ke
     Ok(read)
 }
 
-fn read_share(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, topic: &str, share: &[(i32, Offset)], work: &Work) -> Result<Read, TaskFailure> {
+fn read_share(
+    job: &Job,
+    store: &CheckpointStore,
+    key_groups: KeyGroups,
+    topic: &str,
+    (share, ranges): (&[(i32, Offset)], &Ranges),
+    work: &Work,
+) -> Result<Read, TaskFailure> {
     let positions = share.iter().filter_map(|&(partition, start)| start.to_raw().filter(|&at| at >= 0).map(|at| (partition, at))).collect();
     let consumer = super::reader_for(job, topic, share.iter().copied())?;
     let mut replayed = Replayed::new(store, key_groups, &job.name, topic, positions);
     let mut firsts = BTreeMap::new();
-    let mut read_progress = ReadProgress::expect(&consumer, topic, share, work);
+    let mut read_progress = ReadProgress::expect(share, ranges, work);
     super::read_to_end(&consumer, topic, share.len() as u32, |partition, offset, message| {
         firsts.entry(partition).or_insert(offset);
         read_progress.read(partition, offset, message.payload_len() as u64, replayed.entries, work);
@@ -83,6 +88,26 @@ fn read_share(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, topic: 
     replayed.flush()?;
     read_progress.finish(replayed.entries, work);
     Ok(Read { entries: replayed.entries, checkpoint: replayed.checkpoint, positions: replayed.positions, firsts })
+}
+
+/// Per partition, its first and next offset.
+type Ranges = BTreeMap<i32, (i64, i64)>;
+
+/// Where each of `starts`' partitions begins and ends, in two requests; none if the
+/// broker does not say (the progress estimate is then left out, not the read).
+fn ranges(job: &Job, starts: &[(i32, Offset)]) -> Ranges {
+    let partitions = starts.iter().map(|&(partition, _)| partition).collect();
+    let ends = super::Ends::stable(job).and_then(|ends| Ok((ends.starts(&partitions)?, ends.of(&partitions)?)));
+    match ends {
+        Ok((lows, highs)) => {
+            let highs: BTreeMap<i32, i64> = highs.into_iter().collect();
+            lows.into_iter().filter_map(|(partition, low)| Some((partition, (low, *highs.get(&partition)?)))).collect()
+        }
+        Err(error) => {
+            tracing::debug!("restore progress unknown: {error}");
+            Ranges::new()
+        }
+    }
 }
 
 /// One reader's progress, handed to the shared counters in batches.
@@ -102,20 +127,15 @@ const COUNT_EVERY: u32 = 256;
 const COUNT_INTERVAL: Duration = Duration::from_millis(500);
 
 impl ReadProgress {
-    /// Expects, per partition, the offsets from where its read begins to its end now.
-    /// A partition whose offsets the broker does not give in time is left out of the
-    /// estimate, not the read.
-    fn expect(consumer: &BaseConsumer<super::Reader>, topic: &str, share: &[(i32, Offset)], work: &Work) -> ReadProgress {
+    /// Expects, per partition of the share, the offsets from where its read begins to
+    /// its end (`ranges`: each partition's first and next offset, where known).
+    fn expect(share: &[(i32, Offset)], ranges: &Ranges, work: &Work) -> ReadProgress {
         let mut at = BTreeMap::new();
         for &(partition, start) in share {
-            match consumer.fetch_watermarks(topic, partition, PROGRESS_TIMEOUT) {
-                Ok((low, high)) => {
-                    let from = start.to_raw().filter(|&offset| offset >= 0).map_or(low, |offset| offset.max(low));
-                    work.add_total(high.saturating_sub(from).max(0) as u64);
-                    at.insert(partition, (from, high));
-                }
-                Err(error) => tracing::debug!(topic, partition, "restore progress unknown for this partition: {error}"),
-            }
+            let Some(&(low, high)) = ranges.get(&partition) else { continue };
+            let from = start.to_raw().filter(|&offset| offset >= 0).map_or(low, |offset| offset.max(low));
+            work.add_total(high.saturating_sub(from).max(0) as u64);
+            at.insert(partition, (from, high));
         }
         ReadProgress { at, offsets: 0, bytes: 0, entries: 0, records: 0, flushed: Instant::now() }
     }
@@ -201,12 +221,12 @@ impl<'a> Replayed<'a> {
             ))
         };
         let key = message.key().ok_or_else(|| foreign("it has no key".into()))?;
-        if let Some(packed) = PackedKey::parse(key) {
+        if let Some(packed) = PackedRecord::parse(key, message.payload()) {
             let packed = packed.map_err(foreign)?;
-            if i64::from(packed.group) != i64::from(partition) {
-                return Err(foreign(format!("a packed record of key group {}, not {partition}", packed.group)));
+            if i64::from(packed.key.group) != i64::from(partition) {
+                return Err(foreign(format!("a packed record of key group {}, not {partition}", packed.key.group)));
             }
-            return self.add_packed(packed, message.payload()).map_err(|why| match why {
+            return self.add_packed(packed).map_err(|why| match why {
                 Replay::Foreign(why) => foreign(why),
                 Replay::Failed(failure) => failure,
             });
@@ -234,19 +254,26 @@ impl<'a> Replayed<'a> {
         Ok(())
     }
 
-    fn add_packed(&mut self, key: PackedKey, value: Option<&[u8]>) -> Result<(), Replay> {
+    fn add_packed(&mut self, record: PackedRecord<'_>) -> Result<(), Replay> {
         // A removal of a record a base replaced.
-        let Some(value) = value else { return Ok(()) };
+        let PackedRecord { key, version, body: Some(value) } = record else { return Ok(()) };
         let (stage, group) = (key.stage, key.group);
         match key.kind {
             Kind::Segment => {
+                if key.seq > MAX_SEGMENT_SEQ {
+                    return Err(Replay::Foreign(format!("segment number {} of key group {group}, past {MAX_SEGMENT_SEQ}", key.seq)));
+                }
                 let entries = packed::entries(value).map_err(Replay::Foreign)?;
                 let bytes: usize = entries.iter().map(|(key, value)| key.len() + value.map_or(0, <[u8]>::len)).sum();
                 let log = self.log(stage, group)?;
+                // A segment of an older base than the group's is one whose key no later
+                // segment has taken yet; the base after it replaces what it holds.
                 if log.base == key.base {
                     log.segments = log.segments.max(key.seq + 1);
                     log.segment_bytes += bytes as u64;
                 }
+                log.slots = log.slots.max(key.seq + 1);
+                log.v1_keys |= version == packed::VERSION_1;
                 for (entry_key, state) in entries {
                     self.check_group(group, entry_key)?;
                     self.push(stage, group, entry_key, state)?;
@@ -269,14 +296,14 @@ impl<'a> Replayed<'a> {
                     tracing::debug!(stage, group, base = key.base, "a base of which the changelog holds no longer every chunk: not used");
                     return Ok(());
                 }
-                self.replace(stage, group, key.base, &end, &chunks)?;
+                self.replace(stage, group, (key.base, version), &end, &chunks)?;
             }
         }
         Ok(())
     }
 
-    /// A complete base: the group's state is what it holds.
-    fn replace(&mut self, stage: u32, group: u32, id: u64, end: &BaseEnd, chunks: &BTreeMap<u32, Vec<u8>>) -> Result<(), Replay> {
+    /// A complete base (its id and format version): the group's state is what it holds.
+    fn replace(&mut self, stage: u32, group: u32, (id, version): (u64, u8), end: &BaseEnd, chunks: &BTreeMap<u32, Vec<u8>>) -> Result<(), Replay> {
         let mut entries = Vec::new();
         for chunk in chunks.values() {
             for (key, value) in packed::entries(chunk).map_err(Replay::Foreign)? {
@@ -294,7 +321,9 @@ impl<'a> Replayed<'a> {
         }
         self.store.replace_group(stage, group, &entries).map_err(|e| Replay::Failed(e.into()))?;
         self.entries += entries.len() as u64;
-        let log = GroupLog { base: id, base_bytes: end.bytes, base_chunks: end.chunks, ..GroupLog::default() };
+        let slots = self.log(stage, group)?.slots;
+        let v1_keys = version == packed::VERSION_1;
+        let log = GroupLog { base: id, base_bytes: end.bytes, base_chunks: end.chunks, slots, v1_keys, ..GroupLog::default() };
         self.logs.insert((stage, group), log);
         Ok(())
     }

@@ -2,10 +2,13 @@
 //! checkpoint's transaction (DESIGN.md §5, "Changelog segments"): per key group a few
 //! packed segments, or, once what the group's segments hold outweighs its base, a new
 //! base instead — the group's whole state at this checkpoint, the store's state of the
-//! checkpoint before it merged with these changes — after removing, by key, every
-//! record the new base replaces. The removals come first: a restore that reads them
-//! before the cleaner has run takes a removed key-per-record entry as a removal, which
-//! the base that follows then overrides.
+//! checkpoint before it merged with these changes. A base's records take the keys of
+//! the one before, and the segments after it those of the segments before, so
+//! compaction drops what it replaces; only records no later one replaces are removed
+//! by key (tombstones): those of an older weir's keys, a longer base's last chunks, and
+//! segment keys of a longer run than the last. The removals come first: a restore that
+//! reads them before the cleaner has run takes a removed key-per-record entry as a
+//! removal, which the base that follows then overrides.
 //!
 //! An at-least-once job writes one record per changed key, as weir always did: its
 //! records are not in transactions, so a base could be seen half written.
@@ -150,14 +153,16 @@ impl<'a> ChangelogWriter<'a> {
         bytes += self.flush(Kind::Segment, group, log.base, log.segments)?;
         (records, log.segments) = (records + 1, log.segments + 1);
         log.segment_bytes += run_bytes;
+        log.slots = log.slots.max(log.segments);
         Ok(((records, bytes), log))
     }
 
     /// A new base of the group at checkpoint `n`, after removing what it replaces.
     fn write_base(&mut self, n: u64, group: u32, old: &GroupLog, run: &[Entry<'_>]) -> Result<((u64, u64), GroupLog), TaskFailure> {
-        let mut records = self.remove_replaced(group, old)?;
+        let (slots, stale) = old.stale_slots();
+        let mut records = self.remove_replaced(group, old, stale)?;
         let id = new_base_id(self.stage, group, n);
-        let mut base = GroupLog { base: id, ..GroupLog::default() };
+        let mut base = GroupLog { base: id, slots, ..GroupLog::default() };
         let (mut bytes, mut entries) = (0, 0u64);
         let mut changes = run.iter().map(|&(_, key, value)| (key, value)).peekable();
         let mut add = |writer: &mut Self, key: &[u8], value: &[u8]| -> Result<(), TaskFailure> {
@@ -195,29 +200,39 @@ impl<'a> ChangelogWriter<'a> {
             bytes += self.flush(Kind::BaseChunk, group, id, base.base_chunks)?;
             base.base_chunks += 1;
         }
+        if !old.v1_keys {
+            // The old base's chunks past this one's: no record of this base replaces them.
+            for seq in base.base_chunks..old.base_chunks {
+                self.remove(PackedKey { kind: Kind::BaseChunk, stage: self.stage, group, base: old.base, seq }, false)?;
+                records += 1;
+            }
+        }
         (self.in_base)(n);
         let end = BaseEnd { n, chunks: base.base_chunks, entries, bytes: base.base_bytes };
         PackedKey { kind: Kind::BaseEnd, stage: self.stage, group, base: id, seq: 0 }.encode_into(&mut self.key);
-        let end = end.encode();
+        let end = end.encode(id);
         self.sink.send_changelog(self.topic, group as i32, &self.key, Some(&end))?;
         bytes += (self.key.len() + end.len()) as u64;
         records += u64::from(base.base_chunks) + 1;
         Ok(((records, bytes), base))
     }
 
-    /// Removes the group's records that a new base replaces: its old base, the
-    /// segments since, and records of one key each for the keys the store holds.
-    fn remove_replaced(&mut self, group: u32, old: &GroupLog) -> Result<u64, TaskFailure> {
+    /// Removes the group's records that no record of a new base or of the segments
+    /// after it will replace: an old base and its segments under version 1's keys, the
+    /// `stale` segment keys, and records of one key each for the keys the store holds.
+    fn remove_replaced(&mut self, group: u32, old: &GroupLog, stale: Range<u32>) -> Result<u64, TaskFailure> {
         let mut removed = 0;
-        if old.base != 0 {
+        if old.v1_keys {
             let chunks = (0..old.base_chunks).map(|seq| (Kind::BaseChunk, seq));
-            for (kind, seq) in chunks.chain([(Kind::BaseEnd, 0)]) {
-                self.remove(PackedKey { kind, stage: self.stage, group, base: old.base, seq })?;
+            let base = (old.base != 0).then_some((Kind::BaseEnd, 0));
+            let segments = (0..old.segments).map(|seq| (Kind::Segment, seq));
+            for (kind, seq) in chunks.chain(base).chain(segments) {
+                self.remove(PackedKey { kind, stage: self.stage, group, base: old.base, seq }, true)?;
                 removed += 1;
             }
         }
-        for seq in 0..old.segments {
-            self.remove(PackedKey { kind: Kind::Segment, stage: self.stage, group, base: old.base, seq })?;
+        for seq in stale {
+            self.remove(PackedKey { kind: Kind::Segment, stage: self.stage, group, base: old.base, seq }, false)?;
             removed += 1;
         }
         if old.legacy {
@@ -233,16 +248,21 @@ impl<'a> ChangelogWriter<'a> {
         Ok(removed)
     }
 
-    fn remove(&mut self, key: PackedKey) -> Result<(), TaskFailure> {
-        key.encode_into(&mut self.key);
+    /// Removes the record of `key`, under version 1's keys if `v1`.
+    fn remove(&mut self, key: PackedKey, v1: bool) -> Result<(), TaskFailure> {
+        match v1 {
+            true => key.encode_v1_into(&mut self.key),
+            false => key.encode_into(&mut self.key),
+        }
         self.sink.send_changelog(self.topic, key.group as i32, &self.key, None).map_err(TaskFailure::from)
     }
 
     /// Sends the packed entries as one record; returns its bytes.
     fn flush(&mut self, kind: Kind, group: u32, base: u64, seq: u32) -> Result<u64, TaskFailure> {
         PackedKey { kind, stage: self.stage, group, base, seq }.encode_into(&mut self.key);
-        self.sink.send_changelog(self.topic, group as i32, &self.key, Some(self.value.bytes()))?;
-        let bytes = (self.key.len() + self.value.bytes().len()) as u64;
+        let value = self.value.finish(base);
+        self.sink.send_changelog(self.topic, group as i32, &self.key, Some(value))?;
+        let bytes = (self.key.len() + value.len()) as u64;
         self.value.clear();
         Ok(bytes)
     }

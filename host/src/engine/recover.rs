@@ -52,15 +52,19 @@ pub(super) struct SourceStart {
 }
 
 pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, metrics: &Metrics) -> Result<Recovered, TaskFailure> {
+    let started = Instant::now();
+    let step = |what: &str| tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "recovery: {what}");
     let offsets_consumer = consumer(job)?;
     let inputs = input_topics(job);
     let partitions = input_partitions(job, &offsets_consumer)?;
     let resume_consumer = consumer(job)?;
     // Fence first: a zombie's open transaction is aborted before offsets are read.
     let sink = Sink::connect(&sink_config(job, &job.name), offsets_consumer, None)?;
+    step("fenced the earlier instance and connected the producer");
     refuse_scaled_out_members(job, &resume_consumer)?;
     metrics.group().owned_partitions.set(partitions.len() as i64);
     let resume = committed_inputs(job, &resume_consumer, &partitions, &inputs)?;
+    step("read committed offsets");
     // Anything sealed after the committed checkpoint (on a fresh start: anything at all)
     // never reached its Kafka commit; the attempt reuses those ids, so it must go. The
     // keyed state becomes that of the committed checkpoint: the state_dir's, caught up
@@ -74,6 +78,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         None => (None, None, None),
     };
     let committed = resume.checkpoint.unwrap_or(0);
+    step("brought the keyed state to the committed checkpoint");
     fault::point(Step::DuringRecovery, committed);
 
     let key_groups = key_groups(job, first_source_partitions(&inputs, &partitions), snapshot.as_ref())?;
@@ -81,6 +86,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         true => changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref())?,
         false => changelog::Prepared::Ready,
     };
+    step("looked at the changelog topic");
     let mut positions = match positions {
         Some(positions) => positions,
         None => start_fresh(job, store, key_groups)?,
@@ -89,6 +95,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let sources = start_offsets(job, &resume_consumer, &partitions, &resume.offsets, max_timestamp)?;
     let restore = snapshot.as_ref().map_or(Restore::Fresh, Restore::Checkpoint);
     let operators = instances(job, plugins, metrics, store, restore, key_groups)?;
+    step("restored the operators");
     sink.begin()?;
     if let changelog::Prepared::Reseed(why) = prepared {
         let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
@@ -754,33 +761,14 @@ fn instances(
         let keyed = job.operators.iter().filter(|spec| spec.key_by).count() as u64;
         running.work().add_total(keyed * u64::from(key_groups.count()));
     }
+    let work = running.as_ref().map(progress::Running::work);
     for (stage, (spec, plugin)) in (0u32..).zip(job.operators.iter().zip(plugins)) {
-        let config: Vec<(String, String)> = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         if !spec.key_by && !matches!(restore, Restore::Fresh) {
             refuse_unkeyed_state(store, stage, spec, key_groups)?;
         }
-        let mut subtasks = Vec::with_capacity(job.parallelism as usize);
-        for subtask in 0..job.parallelism {
-            let label = format!("{}[{subtask}]", spec.name);
-            let mut instance =
-                OperatorInstance::with_ports(plugin, operator_limits(spec), config.clone(), ports(spec), label)
-                    .map_err(TaskFailure::operator)?;
-            instance.count_log_drops(metrics.plugin_log(&spec.name, subtask));
-            let restored = match restore {
-                Restore::Fresh => None,
-                Restore::Checkpoint(snapshot) => Some(restored_watermark(store, snapshot, stage, subtask, job.parallelism)?),
-                Restore::Shard { watermark } => Some(watermark),
-            };
-            let watermark = restored.unwrap_or(i64::MIN);
-            if restored.is_some() {
-                if spec.key_by {
-                    let work = running.as_ref().map(progress::Running::work);
-                    restored_entries += restore_groups(store, stage, key_groups.range(subtask, job.parallelism), &mut instance, work)?;
-                }
-                instance.restored(watermark).map_err(TaskFailure::operator)?;
-            }
-            subtasks.push((instance, watermark));
-        }
+        let from = Restored { job, metrics, store, restore, key_groups, work };
+        let (subtasks, entries) = stage_instances(&from, stage, spec, plugin)?;
+        restored_entries += entries;
         stages.push(subtasks);
     }
     if !matches!(restore, Restore::Fresh) {
@@ -796,6 +784,79 @@ fn instances(
         );
     }
     Ok(stages)
+}
+
+/// Where a stage's instances come from, and where their restore's progress goes.
+#[derive(Clone, Copy)]
+struct Restored<'a> {
+    job: &'a Job,
+    metrics: &'a Metrics,
+    store: &'a CheckpointStore,
+    restore: Restore<'a>,
+    key_groups: KeyGroups,
+    work: Option<&'a progress::Work>,
+}
+
+/// Every subtask of `stage`, each restored, side by side on up to as many threads as
+/// the machine has cores (subtasks share nothing, and a restore is mostly the guest's
+/// work); returns them in subtask order and the entries restored.
+fn stage_instances(from: &Restored<'_>, stage: u32, spec: &job::Operator, plugin: &Plugin) -> Result<(Vec<(OperatorInstance, i64)>, u64), TaskFailure> {
+    let parallelism = from.job.parallelism;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(parallelism as usize).max(1);
+    let config: Vec<(String, String)> = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let built: Vec<Vec<(u32, Result<((OperatorInstance, i64), u64), TaskFailure>)>> = std::thread::scope(|scope| {
+        let config = &config;
+        let handles: Vec<_> = (0..threads as u32)
+            .map(|first| {
+                scope.spawn(move || {
+                    let mine = (first..parallelism).step_by(threads);
+                    mine.map(|subtask| (subtask, subtask_instance(from, (stage, subtask), spec, plugin, config))).collect()
+                })
+            })
+            .collect();
+        // A thread's panic is the caller's, as if it had restored alone.
+        handles.into_iter().map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
+    let mut built: Vec<_> = built.into_iter().flatten().collect();
+    built.sort_by_key(|(subtask, _)| *subtask);
+    let mut entries = 0;
+    let mut subtasks = Vec::with_capacity(built.len());
+    for (_, result) in built {
+        let (instance, restored) = result?;
+        entries += restored;
+        subtasks.push(instance);
+    }
+    Ok((subtasks, entries))
+}
+
+/// A fresh instance of `stage`'s `subtask`, restored if there is something to restore,
+/// with the watermark it starts from; and the entries restored.
+fn subtask_instance(
+    from: &Restored<'_>,
+    (stage, subtask): (u32, u32),
+    spec: &job::Operator,
+    plugin: &Plugin,
+    config: &[(String, String)],
+) -> Result<((OperatorInstance, i64), u64), TaskFailure> {
+    let label = format!("{}[{subtask}]", spec.name);
+    let mut instance =
+        OperatorInstance::with_ports(plugin, operator_limits(spec), config.to_vec(), ports(spec), label).map_err(TaskFailure::operator)?;
+    instance.count_log_drops(from.metrics.plugin_log(&spec.name, subtask));
+    let parallelism = from.job.parallelism;
+    let restored = match from.restore {
+        Restore::Fresh => None,
+        Restore::Checkpoint(snapshot) => Some(restored_watermark(from.store, snapshot, stage, subtask, parallelism)?),
+        Restore::Shard { watermark } => Some(watermark),
+    };
+    let watermark = restored.unwrap_or(i64::MIN);
+    let mut entries = 0;
+    if restored.is_some() {
+        if spec.key_by {
+            entries = restore_groups(from.store, stage, from.key_groups.range(subtask, parallelism), &mut instance, from.work)?;
+        }
+        instance.restored(watermark).map_err(TaskFailure::operator)?;
+    }
+    Ok(((instance, watermark), entries))
 }
 
 /// Restores `groups` of `stage` into `instance`, group by group so that `work` can tell

@@ -3,25 +3,36 @@
 //! per changed key.
 //!
 //! ```text
-//! key:   ff ff ff ff 'P' version:u8 kind:u8 stage:u32be group:u32be base:u64be seq:u32be
-//! value: version:u8 ‖ entries                        (a segment, or a chunk of a base)
-//!        version:u8 ‖ n ‖ chunks ‖ entries ‖ bytes   (a base's end; each a varint)
+//! key:   ff ff ff ff 'P' 2 kind:u8 stage:u32be group:u32be seq:u32be
+//! value: 2 ‖ base:u64le ‖ entries                         (a segment, or a chunk of a base)
+//!        2 ‖ base:u64le ‖ n ‖ chunks ‖ entries ‖ bytes    (a base's end; each a varint)
 //! entry: varint key_len ‖ varint (value_len + 1, or 0 for a removal) ‖ key ‖ value
 //! ```
 //!
 //! The key's first four bytes are the reserved stage of the checkpoint record, so a
 //! weir that knows only one record per key refuses these by name instead of reading
-//! them as state. `base` is the id of the base a segment follows (0: none yet) or a
-//! base's own, `seq` a segment's number since that base or a chunk's number in it:
-//! every live record of a group has a key of its own, and a base's writer knows the
-//! keys of what it replaces, to remove them (tombstones) in the same transaction.
+//! them as state. `seq` is a segment's number since its group's base or a chunk's
+//! number in it, and `base` (in the value) the id of the base a segment follows (0:
+//! none yet) or a base's own. A new base's records take the keys of the old one's, and
+//! the segments after it those of the segments before, so compaction drops what a base
+//! replaces without a removal per record; a removal lasts `delete.retention.ms`, a day
+//! by default, and one per replaced record outweighed the state itself.
+//!
+//! Version 1 (weir from 38ef51d to this format) put `base:u64be` in the key, before
+//! `seq`, and nothing but its version before a value's entries; it is still read, and
+//! its records are removed by key once a group's next base replaces them.
 
 /// The prefix of every packed record's key.
 const PREFIX: &[u8] = b"\xff\xff\xff\xffP";
-const VERSION: u8 = 1;
+/// The version written.
+const VERSION: u8 = 2;
+/// The version whose keys held the base's id.
+pub(crate) const VERSION_1: u8 = 1;
 /// Bytes of a packed record's key.
 #[cfg(test)]
-const KEY_BYTES: usize = PREFIX.len() + 2 + 4 + 4 + 8 + 4;
+const KEY_BYTES: usize = PREFIX.len() + 2 + 4 + 4 + 4;
+/// Bytes before a value's entries: the version and the base's id.
+const VALUE_HEADER_BYTES: usize = 1 + 8;
 /// The entry bytes a writer packs into one record before it starts the next; an entry
 /// bigger alone (up to `MAX_ENTRY_BYTES`, which still fits one Kafka record).
 pub(crate) const RECORD_FILL_BYTES: usize = 256 << 10;
@@ -56,7 +67,7 @@ impl Kind {
     }
 }
 
-/// A packed record's key.
+/// A packed record's key, with the base it belongs to (in the value since version 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PackedKey {
     pub(crate) kind: Kind,
@@ -67,38 +78,79 @@ pub(crate) struct PackedKey {
 }
 
 impl PackedKey {
+    /// The key weir writes: the base's id is not part of it.
     pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(PREFIX);
-        out.push(VERSION);
-        out.push(self.kind.tag());
+        out.extend_from_slice(&[VERSION, self.kind.tag()]);
+        out.extend_from_slice(&self.stage.to_be_bytes());
+        out.extend_from_slice(&self.group.to_be_bytes());
+        out.extend_from_slice(&self.seq.to_be_bytes());
+    }
+
+    /// The key version 1 gave this record: what a removal of it names.
+    pub(crate) fn encode_v1_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(PREFIX);
+        out.extend_from_slice(&[VERSION_1, self.kind.tag()]);
         out.extend_from_slice(&self.stage.to_be_bytes());
         out.extend_from_slice(&self.group.to_be_bytes());
         out.extend_from_slice(&self.base.to_be_bytes());
         out.extend_from_slice(&self.seq.to_be_bytes());
     }
+}
 
-    /// The key if it is a packed record's (`None`: another kind of record); an error
-    /// names what is wrong with one that starts like it.
-    pub(crate) fn parse(key: &[u8]) -> Option<Result<PackedKey, String>> {
+/// A packed record as read: its key (with its base), its version, and what its value
+/// holds after the version and base: entries, or a base's end (`None`: a removal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PackedRecord<'a> {
+    pub(crate) key: PackedKey,
+    pub(crate) version: u8,
+    pub(crate) body: Option<&'a [u8]>,
+}
+
+impl<'a> PackedRecord<'a> {
+    /// The record if its key is a packed record's (`None`: another kind of record); an
+    /// error names what is wrong with one that starts like it.
+    pub(crate) fn parse(key: &[u8], value: Option<&'a [u8]>) -> Option<Result<PackedRecord<'a>, String>> {
         let rest = key.strip_prefix(PREFIX)?;
-        Some(Self::parse_rest(rest).ok_or_else(|| format!("a packed record key of {} bytes that weir cannot read", key.len())))
+        let bad_key = || format!("a packed record key of {} bytes that weir cannot read", key.len());
+        Some(parse_key(rest).ok_or_else(bad_key).and_then(|(mut key, version)| {
+            let Some(value) = value else { return Ok(PackedRecord { key, version, body: None }) };
+            let bad_value = || format!("a packed value of {} bytes whose version is not {version}", value.len());
+            let body = match version {
+                VERSION_1 => value.strip_prefix(&[VERSION_1]).ok_or_else(bad_value)?,
+                _ => {
+                    let (header, body) = value.split_first_chunk::<VALUE_HEADER_BYTES>().ok_or_else(bad_value)?;
+                    if header[0] != VERSION {
+                        return Err(bad_value());
+                    }
+                    key.base = u64::from_le_bytes(header[1..].try_into().expect("8 bytes"));
+                    body
+                }
+            };
+            Ok(PackedRecord { key, version, body: Some(body) })
+        }))
     }
+}
 
-    fn parse_rest(rest: &[u8]) -> Option<PackedKey> {
-        let (&[version, tag], rest) = rest.split_first_chunk::<2>()?;
-        if version != VERSION || rest.len() != 4 + 4 + 8 + 4 {
-            return None;
-        }
-        let u32_at = |at: usize| u32::from_be_bytes(rest[at..at + 4].try_into().expect("4 bytes"));
-        Some(PackedKey {
-            kind: Kind::from_tag(tag)?,
+/// A key after the prefix, and its version: version 2's, or version 1's with its base.
+fn parse_key(rest: &[u8]) -> Option<(PackedKey, u8)> {
+    let (&[version, tag], rest) = rest.split_first_chunk::<2>()?;
+    let kind = Kind::from_tag(tag)?;
+    let u32_at = |at: usize| u32::from_be_bytes(rest[at..at + 4].try_into().expect("4 bytes"));
+    let key = match (version, rest.len()) {
+        (VERSION, 12) => PackedKey { kind, stage: u32_at(0), group: u32_at(4), base: 0, seq: u32_at(8) },
+        (VERSION_1, 20) => PackedKey {
+            kind,
             stage: u32_at(0),
             group: u32_at(4),
             base: u64::from_be_bytes(rest[8..16].try_into().expect("8 bytes")),
             seq: u32_at(16),
-        })
-    }
+        },
+        _ => return None,
+    };
+    Some((key, version))
 }
 
 /// True for the key of a packed record (tests look for them).
@@ -109,6 +161,7 @@ pub fn is_packed_key(key: &[u8]) -> bool {
 /// Packs entries into one record's value.
 #[derive(Debug, Default)]
 pub(crate) struct EntriesValue {
+    /// The version, room for the base's id, then the entries.
     value: Vec<u8>,
     entries: usize,
 }
@@ -117,7 +170,7 @@ impl EntriesValue {
     /// Adds `key` with its new `value`, or its removal for `None`.
     pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
         if self.value.is_empty() {
-            self.value.push(VERSION);
+            self.value.extend_from_slice(&[VERSION; VALUE_HEADER_BYTES]);
         }
         put_varint(&mut self.value, key.len() as u64);
         put_varint(&mut self.value, value.map_or(0, |value| value.len() as u64 + 1));
@@ -135,7 +188,12 @@ impl EntriesValue {
         self.entries == 0
     }
 
-    pub(crate) fn bytes(&self) -> &[u8] {
+    /// The record's value, its entries following base `base`.
+    pub(crate) fn finish(&mut self, base: u64) -> &[u8] {
+        if self.value.is_empty() {
+            self.value.extend_from_slice(&[VERSION; VALUE_HEADER_BYTES]);
+        }
+        self.value[1..VALUE_HEADER_BYTES].copy_from_slice(&base.to_le_bytes());
         &self.value
     }
 
@@ -148,11 +206,10 @@ impl EntriesValue {
 /// A key and its value (`None`: removed), borrowed from a packed value.
 pub(crate) type PackedEntry<'a> = (&'a [u8], Option<&'a [u8]>);
 
-/// The entries of a segment's or a base chunk's value, each checked against its bounds.
+/// The entries of a segment's or a base chunk's body (`PackedRecord::body`), each
+/// checked against its bounds.
 pub(crate) fn entries(value: &[u8]) -> Result<Vec<PackedEntry<'_>>, String> {
-    let Some((&VERSION, mut rest)) = value.split_first() else {
-        return Err(format!("a packed value of {} bytes whose version is not {VERSION}", value.len()));
-    };
+    let mut rest = value;
     let mut out = Vec::new();
     while !rest.is_empty() {
         let at = value.len() - rest.len();
@@ -186,17 +243,20 @@ pub(crate) struct BaseEnd {
 }
 
 impl BaseEnd {
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    /// The end record's value, for base `base`.
+    pub(crate) fn encode(&self, base: u64) -> Vec<u8> {
         let mut out = vec![VERSION];
+        out.extend_from_slice(&base.to_le_bytes());
         for field in [self.n, u64::from(self.chunks), self.entries, self.bytes] {
             put_varint(&mut out, field);
         }
         out
     }
 
+    /// The end from its record's body (`PackedRecord::body`).
     pub(crate) fn decode(value: &[u8]) -> Result<BaseEnd, String> {
         let bad = || format!("a base's end of {} bytes that weir cannot read", value.len());
-        let Some((&VERSION, mut rest)) = value.split_first() else { return Err(bad()) };
+        let mut rest = value;
         let mut field = || take_varint(&mut rest).ok_or_else(bad);
         let end = BaseEnd { n: field()?, chunks: u32::try_from(field()?).map_err(|_| bad())?, entries: field()?, bytes: field()? };
         match rest.is_empty() {
@@ -232,19 +292,44 @@ mod tests {
     use super::*;
     use crate::state::MAX_ENTRY_BYTES;
 
+    fn parsed(key: &[u8], value: Option<&[u8]>) -> PackedRecord<'static> {
+        let (key, value): (&'static [u8], Option<&'static [u8]>) = (key.to_vec().leak(), value.map(|v| &*v.to_vec().leak()));
+        PackedRecord::parse(key, value).expect("a packed key").expect("readable")
+    }
+
     #[test]
-    fn keys_round_trip_and_others_are_not_packed() {
+    fn records_round_trip_and_others_are_not_packed() {
         let key = PackedKey { kind: Kind::BaseChunk, stage: 3, group: 127, base: u64::MAX - 1, seq: 9 };
         let mut bytes = Vec::new();
         key.encode_into(&mut bytes);
         assert_eq!(bytes.len(), KEY_BYTES);
         assert!(is_packed_key(&bytes));
-        assert_eq!(PackedKey::parse(&bytes).unwrap().unwrap(), key);
-        assert!(PackedKey::parse(b"\xff\xff\xff\xffcheckpoint").is_none(), "the checkpoint record's key");
-        assert!(PackedKey::parse(b"\0\0\0\0user").is_none(), "a key's own record");
-        assert!(PackedKey::parse(&bytes[..bytes.len() - 1]).unwrap().is_err(), "cut short");
+        let mut value = EntriesValue::default();
+        value.push(b"k", Some(b"v"));
+        let record = parsed(&bytes, Some(value.finish(key.base)));
+        assert_eq!((record.key, record.version), (key, VERSION));
+        assert_eq!(entries(record.body.unwrap()).unwrap(), [(&b"k"[..], Some(&b"v"[..]))]);
+        let removal = parsed(&bytes, None);
+        assert_eq!((removal.key.base, removal.body), (0, None), "a removal names no base");
+        assert!(PackedRecord::parse(b"\xff\xff\xff\xffcheckpoint", None).is_none(), "the checkpoint record's key");
+        assert!(PackedRecord::parse(b"\0\0\0\0user", None).is_none(), "a key's own record");
+        assert!(PackedRecord::parse(&bytes[..bytes.len() - 1], None).unwrap().is_err(), "cut short");
+        assert!(PackedRecord::parse(&bytes, Some(&[VERSION, 1, 2])).unwrap().is_err(), "a value cut short");
+        assert!(PackedRecord::parse(&bytes, Some(&[VERSION_1; 9])).unwrap().is_err(), "a value of another version");
         bytes[6] = b'x';
-        assert!(PackedKey::parse(&bytes).unwrap().is_err(), "an unknown kind");
+        assert!(PackedRecord::parse(&bytes, None).unwrap().is_err(), "an unknown kind");
+    }
+
+    #[test]
+    fn version_1_records_are_read_with_the_base_in_their_key() {
+        let key = PackedKey { kind: Kind::Segment, stage: 1, group: 5, base: 77, seq: 3 };
+        let mut bytes = Vec::new();
+        key.encode_v1_into(&mut bytes);
+        assert_eq!(bytes.len(), KEY_BYTES + 8);
+        let record = parsed(&bytes, Some(&[VERSION_1, 1, 2, b'k', b'v']));
+        assert_eq!((record.key, record.version), (key, VERSION_1));
+        assert_eq!(entries(record.body.unwrap()).unwrap(), [(&b"k"[..], Some(&b"v"[..]))]);
+        assert!(PackedRecord::parse(&bytes, Some(&[VERSION, 1, 2, b'k', b'v'])).unwrap().is_err(), "a version 2 value");
     }
 
     #[test]
@@ -253,21 +338,28 @@ mod tests {
         packed.push(b"a", Some(b"1"));
         packed.push(b"", None);
         packed.push(&[7; 300], Some(b""));
-        let read = entries(packed.bytes()).unwrap();
+        let value = packed.finish(9).to_vec();
+        let body = &value[VALUE_HEADER_BYTES..];
+        let read = entries(body).unwrap();
         assert_eq!(read, [(&b"a"[..], Some(&b"1"[..])), (&b""[..], None), (&[7u8; 300][..], Some(&b""[..]))]);
-        for cut in 1..packed.bytes().len() {
-            let _ = entries(&packed.bytes()[..cut]); // never panics
+        for cut in 0..body.len() {
+            let _ = entries(&body[..cut]); // never panics
         }
-        assert!(entries(&packed.bytes()[..packed.bytes().len() - 1]).is_err());
-        assert!(entries(&[VERSION, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0]).is_err(), "a length past memory");
-        assert!(entries(b"").is_err() && entries(&[2]).is_err(), "no version, or another");
+        assert!(entries(&body[..body.len() - 1]).is_err());
+        assert!(entries(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0]).is_err(), "a length past memory");
+        assert!(entries(b"").unwrap().is_empty(), "no entries");
     }
 
     #[test]
     fn a_base_end_round_trips() {
         let end = BaseEnd { n: 1 << 40, chunks: 3, entries: 70_000, bytes: 9 << 20 };
-        assert_eq!(BaseEnd::decode(&end.encode()).unwrap(), end);
-        let mut longer = end.encode();
+        let mut key = Vec::new();
+        PackedKey { kind: Kind::BaseEnd, stage: 0, group: 1, base: 0, seq: 0 }.encode_into(&mut key);
+        let value = end.encode(42);
+        let record = parsed(&key, Some(&value));
+        assert_eq!(record.key.base, 42);
+        assert_eq!(BaseEnd::decode(record.body.unwrap()).unwrap(), end);
+        let mut longer = record.body.unwrap().to_vec();
         longer.push(0);
         assert!(BaseEnd::decode(&longer).is_err());
     }
@@ -278,6 +370,6 @@ mod tests {
         let value = vec![0; MAX_ENTRY_BYTES - 1];
         packed.push(b"k", Some(&value));
         // librdkafka's default message.max.bytes is 1,000,000, with room for framing.
-        assert!(packed.bytes().len() + KEY_BYTES < 999_100, "{}", packed.bytes().len());
+        assert!(packed.finish(1).len() + KEY_BYTES < 999_100, "{}", packed.finish(1).len());
     }
 }
