@@ -32,6 +32,7 @@ pub(crate) fn run(brokers: &str, topic: &str, workload: &Workload, flush: bool, 
         .set("queue.buffering.max.kbytes", "262144")
         .create()
         .with_context(|| format!("creating a producer on {brokers}"))?;
+    eprintln!("weir-bench gen: producing to {topic}");
     let started = Instant::now();
     let mut bytes = 0u64;
     let step = (workload.records / 10).max(1);

@@ -62,6 +62,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     let sink = Sink::connect(&sink_config(job, &job.name), offsets_consumer, None)?;
     step("fenced the earlier instance and connected the producer");
     refuse_scaled_out_members(job, &resume_consumer)?;
+    step("found no scaled-out member of the job's group");
     metrics.group().owned_partitions.set(partitions.len() as i64);
     let resume = committed_inputs(job, &resume_consumer, &partitions, &inputs)?;
     step("read committed offsets");
@@ -350,6 +351,11 @@ fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGro
 /// so a scaled-out process that joins later fences it. A group that cannot be described
 /// (a broker down) is an error too: better not to start than to run beside them.
 fn refuse_scaled_out_members(job: &Job, consumer: &BaseConsumer) -> Result<(), TaskFailure> {
+    // librdkafka lists groups on the brokers its metadata names; a new client that has
+    // none yet waits for its first metadata refresh, about a second (measured: 950 ms of
+    // every restart). Asking for metadata first takes milliseconds. A broker that does
+    // not answer is left for the listing to report.
+    let _ = consumer.fetch_metadata(Some(&job.sources[0].topic), CONNECT_TIMEOUT);
     let groups = recovery::while_coordinator_loads(CONNECT_TIMEOUT, || consumer.fetch_group_list(Some(&job.name), CONNECT_TIMEOUT)).map_err(|e| {
         TaskFailure::Kafka(format!(
             "describing consumer group `{}`, to make sure no process with scale_out = true runs this job: {e}; \

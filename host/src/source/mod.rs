@@ -97,24 +97,42 @@ impl SourceTask {
     }
 
     /// A lag series exists from the moment a partition is assigned, measured against
-    /// the broker's high watermark; the once-a-second refresh keeps it from then on.
-    /// A broker that does not answer in time leaves the series at its last value.
-    /// Returns the high watermarks it read.
+    /// the broker's high watermark (one request for all the task's partitions: the task
+    /// takes no barrier before it has the answer); the once-a-second refresh keeps it
+    /// from then on. A broker that does not answer in time leaves the series at its
+    /// last value. Returns the high watermarks it read.
     fn start_lag(&self) -> BTreeMap<i32, i64> {
-        let mut ends = BTreeMap::new();
+        let ends = self.high_watermarks();
         for state in self.partitions.values() {
             let series = self.metrics.partition(&self.topic, state.partition);
             self.show_watermark(&series, state.partition);
-            let lag = series.lag;
-            match self.fetcher.consumer().fetch_watermarks(&self.topic, state.partition, LAG_TIMEOUT) {
-                Ok((_, high)) => {
-                    lag.set((high - state.next_offset).max(0));
-                    ends.insert(state.partition, high);
-                }
-                Err(error) => tracing::debug!(topic = %self.topic, partition = state.partition, "lag unknown until the next refresh: {error}"),
+            if let Some(&high) = ends.get(&state.partition) {
+                series.lag.set((high - state.next_offset).max(0));
             }
         }
         ends
+    }
+
+    /// Where each of the task's partitions ends for it (read_committed: the last stable
+    /// offset), those the broker gives in time.
+    fn high_watermarks(&self) -> BTreeMap<i32, i64> {
+        let mut list = TopicPartitionList::new();
+        for state in self.partitions.values() {
+            // As a ListOffsets timestamp, End (-1) asks for the end.
+            if let Err(error) = list.add_partition_offset(&self.topic, state.partition, Offset::End) {
+                tracing::debug!(topic = %self.topic, "lag unknown until the next refresh: {error}");
+                return BTreeMap::new();
+            }
+        }
+        let found = match self.fetcher.consumer().offsets_for_times(list, LAG_TIMEOUT) {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::debug!(topic = %self.topic, "lag unknown until the next refresh: {error}");
+                return BTreeMap::new();
+            }
+        };
+        let known = found.elements().into_iter().filter(|element| element.error().is_ok());
+        known.filter_map(|element| Some((element.partition(), element.offset().to_raw().filter(|&high| high >= 0)?))).collect()
     }
 
     pub(crate) fn run(mut self) -> Result<(), TaskFailure> {
