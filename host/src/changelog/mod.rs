@@ -231,7 +231,7 @@ pub(crate) fn rebuild_shard(
     let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
     let owned: Vec<i32> = shard.groups(key_groups).map(|group| group as i32).collect();
     let base = store.state_base()?;
-    let (ends, retention) = (Ends::stable(job)?, topic_config(job, &topic, "delete.retention.ms"));
+    let (ends, retention) = (Ends::stable(job)?, || topic_config(job, &topic, "delete.retention.ms"));
     let cached = match tail_start(job, (&topic, key_groups.count()), &base, retention, &ends)? {
         Tail::From(positions) => positions,
         Tail::Whole(_) => BTreeMap::new(),
@@ -458,7 +458,7 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
             job.name
         )));
     };
-    let tail = tail_start(job, (&topic, partitions), base, retention, &ends)?;
+    let tail = tail_start(job, (&topic, partitions), base, || retention, &ends)?;
     if job.producer.delivery == Delivery::AtLeastOnce {
         // Written outside transactions, the changelog may hold changes of the checkpoint
         // after `n`, and its last checkpoint record with them: the store keeps `n`'s
@@ -502,7 +502,7 @@ fn tail_start(
     job: &Job,
     (topic, partitions): (&str, u32),
     base: &StateBase,
-    retention: Result<String, TaskFailure>,
+    retention: impl FnOnce() -> Result<String, TaskFailure>,
     ends: &Ends,
 ) -> Result<Tail, TaskFailure> {
     let Some(positions) = &base.positions else {
@@ -511,7 +511,7 @@ fn tail_start(
     };
     // The cleaner drops a removal `delete.retention.ms` after it was written at the
     // earliest; a tail written longer ago than half that may have lost some.
-    let retention_ms = retention?.parse::<i64>().unwrap_or(DEFAULT_DELETE_RETENTION_MS);
+    let retention_ms = retention()?.parse::<i64>().unwrap_or(DEFAULT_DELETE_RETENTION_MS);
     let age_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64) - base.written_ms;
     if age_ms > retention_ms / 2 {
         let why = format!(

@@ -350,12 +350,15 @@ fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGro
 /// takes a transactional commit without membership). Asked after its producer started,
 /// so a scaled-out process that joins later fences it. A group that cannot be described
 /// (a broker down) is an error too: better not to start than to run beside them.
+/// How long the group listing's metadata request may take before the listing asks anyway.
+const METADATA_FIRST: Duration = Duration::from_secs(2);
+
 fn refuse_scaled_out_members(job: &Job, consumer: &BaseConsumer) -> Result<(), TaskFailure> {
     // librdkafka lists groups on the brokers its metadata names; a new client that has
     // none yet waits for its first metadata refresh, about a second (measured: 950 ms of
     // every restart). Asking for metadata first takes milliseconds. A broker that does
     // not answer is left for the listing to report.
-    let _ = consumer.fetch_metadata(Some(&job.sources[0].topic), CONNECT_TIMEOUT);
+    let _ = consumer.fetch_metadata(Some(&job.sources[0].topic), METADATA_FIRST);
     let groups = recovery::while_coordinator_loads(CONNECT_TIMEOUT, || consumer.fetch_group_list(Some(&job.name), CONNECT_TIMEOUT)).map_err(|e| {
         TaskFailure::Kafka(format!(
             "describing consumer group `{}`, to make sure no process with scale_out = true runs this job: {e}; \
@@ -810,7 +813,7 @@ fn stage_instances(from: &Restored<'_>, stage: u32, spec: &job::Operator, plugin
     let parallelism = from.job.parallelism;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(parallelism as usize).max(1);
     let config: Vec<(String, String)> = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let built: Vec<Vec<(u32, Result<((OperatorInstance, i64), u64), TaskFailure>)>> = std::thread::scope(|scope| {
+    let built: Vec<Vec<(u32, Result<Built, TaskFailure>)>> = std::thread::scope(|scope| {
         let config = &config;
         let handles: Vec<_> = (0..threads as u32)
             .map(|first| {
@@ -835,6 +838,9 @@ fn stage_instances(from: &Restored<'_>, stage: u32, spec: &job::Operator, plugin
     Ok((subtasks, entries))
 }
 
+/// A subtask's instance with the watermark it starts from, and the entries restored.
+type Built = ((OperatorInstance, i64), u64);
+
 /// A fresh instance of `stage`'s `subtask`, restored if there is something to restore,
 /// with the watermark it starts from; and the entries restored.
 fn subtask_instance(
@@ -843,7 +849,7 @@ fn subtask_instance(
     spec: &job::Operator,
     plugin: &Plugin,
     config: &[(String, String)],
-) -> Result<((OperatorInstance, i64), u64), TaskFailure> {
+) -> Result<Built, TaskFailure> {
     let label = format!("{}[{subtask}]", spec.name);
     let mut instance =
         OperatorInstance::with_ports(plugin, operator_limits(spec), config.to_vec(), ports(spec), label).map_err(TaskFailure::operator)?;

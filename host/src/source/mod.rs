@@ -114,25 +114,37 @@ impl SourceTask {
     }
 
     /// Where each of the task's partitions ends for it (read_committed: the last stable
-    /// offset), those the broker gives in time.
+    /// offset), those the broker gives in time: in one request, or, if that fails (one
+    /// partition's error fails it whole), one request per partition.
     fn high_watermarks(&self) -> BTreeMap<i32, i64> {
+        if self.partitions.is_empty() {
+            return BTreeMap::new();
+        }
         let mut list = TopicPartitionList::new();
         for state in self.partitions.values() {
             // As a ListOffsets timestamp, End (-1) asks for the end.
-            if let Err(error) = list.add_partition_offset(&self.topic, state.partition, Offset::End) {
-                tracing::debug!(topic = %self.topic, "lag unknown until the next refresh: {error}");
-                return BTreeMap::new();
+            let _ = list.add_partition_offset(&self.topic, state.partition, Offset::End);
+        }
+        match self.fetcher.consumer().offsets_for_times(list, LAG_TIMEOUT) {
+            Ok(found) => {
+                let ends = found.elements().into_iter().map(|element| (element.partition(), element.offset().to_raw()));
+                ends.filter_map(|(partition, end)| Some((partition, end.filter(|&high| high >= 0)?))).collect()
+            }
+            Err(error) => {
+                tracing::debug!(topic = %self.topic, "partition ends unknown in one request ({error}); asking per partition");
+                self.partitions.values().filter_map(|state| self.high_watermark(state.partition)).collect()
             }
         }
-        let found = match self.fetcher.consumer().offsets_for_times(list, LAG_TIMEOUT) {
-            Ok(found) => found,
+    }
+
+    fn high_watermark(&self, partition: i32) -> Option<(i32, i64)> {
+        match self.fetcher.consumer().fetch_watermarks(&self.topic, partition, LAG_TIMEOUT) {
+            Ok((_, high)) => Some((partition, high)),
             Err(error) => {
-                tracing::debug!(topic = %self.topic, "lag unknown until the next refresh: {error}");
-                return BTreeMap::new();
+                tracing::debug!(topic = %self.topic, partition, "lag unknown until the next refresh: {error}");
+                None
             }
-        };
-        let known = found.elements().into_iter().filter(|element| element.error().is_ok());
-        known.filter_map(|element| Some((element.partition(), element.offset().to_raw().filter(|&high| high >= 0)?))).collect()
+        }
     }
 
     pub(crate) fn run(mut self) -> Result<(), TaskFailure> {
