@@ -26,7 +26,6 @@ const WRITE_BATCH: usize = 100_000;
 /// most of a replay's work, and a partition is one key group, independent of the others.
 const MAX_READERS: usize = 4;
 
-
 /// What a replay read.
 #[derive(Default)]
 pub(super) struct Read {
