@@ -519,6 +519,44 @@ fn a_directory_that_is_not_a_weir_store_is_refused() {
     assert!(matches!(error, StoreError::Unreadable { .. }), "{error:?}");
 }
 
+
+/// A deletion of a shared state_dir while a process's RocksDB writes into its slot
+/// fails and leaves the store's files without CURRENT. A slot holds nothing Kafka does
+/// not, so a process clears that and opens its slot anew; a slot with anything else in
+/// it, and a job's own state_dir (which may hold state nothing else does), are refused.
+#[test]
+fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
+    use weir::checkpoint::state_dir::StateDir;
+    let tmp = temp_dir();
+    let shared = tmp.path().join("shared");
+    let slot = shared.join("process-0");
+    let store = open(&slot);
+    write_checkpoint(&store, 1, &[("source/0", b"offsets")], b"meta");
+    drop(store);
+    std::fs::remove_file(slot.join("CURRENT")).unwrap();
+    let own = tmp.path().join("own");
+    std::fs::create_dir(&own).unwrap();
+    for entry in std::fs::read_dir(&slot).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), own.join(entry.file_name())).unwrap();
+    }
+
+    let (claimed, store) = StateDir::claim(&shared, JOB, true).expect("the slot's debris is cleared");
+    assert_eq!(claimed.store_dir(), slot);
+    assert!(sealed(&store).is_empty(), "a cleared slot holds nothing");
+    drop((claimed, store));
+
+    let error = StateDir::claim(&own, JOB, false).map(|_| ()).expect_err("a job's own state_dir is not cleared");
+    assert!(error.to_string().contains("without a RocksDB CURRENT file"), "{error}");
+    assert!(own.read_dir().unwrap().next().is_some(), "the refused state_dir keeps its files");
+
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(other.join("process-0")).unwrap();
+    std::fs::write(other.join("process-0").join("notes.txt"), "not a store").unwrap();
+    let error = StateDir::claim(&other, JOB, true).map(|_| ()).expect_err("a slot with other files");
+    assert!(error.to_string().contains("without a RocksDB CURRENT file"), "{error}");
+    assert!(other.join("process-0").join("notes.txt").exists());
+}
 #[test]
 fn names_and_sizes_are_bounded() {
     let tmp = temp_dir();

@@ -28,7 +28,7 @@ impl StateDir {
     pub fn claim(state_dir: &Path, job: &str, shared: bool) -> Result<(StateDir, CheckpointStore), StoreError> {
         if !shared {
             let claimed = StateDir { job: job.to_owned(), store_dir: state_dir.to_owned(), slot_lock: None };
-            let store = open_settled(state_dir, job)?;
+            let store = open_settled(state_dir, job, Debris::Refuse)?;
             return Ok((claimed, store));
         }
         create_dir(state_dir)?;
@@ -38,7 +38,7 @@ impl StateDir {
             let lock_path = state_dir.join(format!("process-{slot}.lock"));
             let Some(lock) = try_lock(&lock_path)? else { continue };
             let store_dir = state_dir.join(format!("process-{slot}"));
-            match open_settled(&store_dir, job) {
+            match open_settled(&store_dir, job, Debris::Clear) {
                 Err(StoreError::Locked { .. }) => continue,
                 opened => {
                     let claimed = StateDir { job: job.to_owned(), store_dir, slot_lock: Some((lock_path, lock)) };
@@ -68,7 +68,8 @@ impl StateDir {
             *self = claimed;
             return Ok(store);
         }
-        open_settled(&self.store_dir, &self.job)
+        let debris = if self.slot_lock.is_some() { Debris::Clear } else { Debris::Refuse };
+        open_settled(&self.store_dir, &self.job, debris)
     }
 
     /// The store's directory.
@@ -90,14 +91,31 @@ fn wait_while_deleted(dir: &Path) {
     }
 }
 
+/// What to do with the files a deletion of a store left behind when RocksDB wrote
+/// into the directory while it went (the deletion then fails, and the files stay
+/// without the CURRENT that names them).
+#[derive(Clone, Copy, PartialEq)]
+enum Debris {
+    /// Leave them for `CheckpointStore::open` to refuse: the store may hold state
+    /// nothing else does (an at-least-once job's, or one the changelog lost).
+    Refuse,
+    /// Delete them: a scaled-out process's slot holds nothing Kafka does not, since
+    /// such a process recovers from Kafka alone.
+    Clear,
+}
+
 /// Opens the store in `dir`, allowing for a deletion of it under way (someone deleting
 /// the state_dir while this process starts or reopens it): while `dir` holds files but
-/// no store, or after an open that failed while files vanished from it, it waits and tries again, for
-/// at most `DELETION_WAIT`. What is left then, `CheckpointStore::open` judges.
-fn open_settled(dir: &Path, job: &str) -> Result<CheckpointStore, StoreError> {
+/// no store, or after an open that failed while files vanished from it, it waits and
+/// tries again, for at most `DELETION_WAIT`. What is left then is cleared (`debris`)
+/// if it is only RocksDB's files, or else `CheckpointStore::open` judges it.
+fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore, StoreError> {
     let deadline = Instant::now() + DELETION_WAIT;
     loop {
         wait_while_deleted(dir);
+        if debris == Debris::Clear {
+            clear_debris(dir)?;
+        }
         let before = listing(dir);
         match CheckpointStore::open(dir, job) {
             Err(error) if Instant::now() < deadline && !matches!(error, StoreError::Locked { .. }) && vanished(&before, dir) => {
@@ -107,6 +125,36 @@ fn open_settled(dir: &Path, job: &str) -> Result<CheckpointStore, StoreError> {
             done => return done,
         }
     }
+}
+
+/// Deletes `dir` if it holds RocksDB's files and no CURRENT: what is left of a store
+/// whose deletion was interrupted, which no RocksDB can open.
+fn clear_debris(dir: &Path) -> Result<(), StoreError> {
+    let names = listing(dir);
+    let debris = !names.is_empty() && !names.contains(std::ffi::OsStr::new("CURRENT")) && names.iter().all(|name| is_rocksdb_file(name));
+    if !debris {
+        return Ok(());
+    }
+    tracing::warn!(
+        "{} holds a checkpoint store's files without its CURRENT file (a deletion of it was interrupted): \
+         deleting them; this process's state comes back from Kafka",
+        dir.display()
+    );
+    match std::fs::remove_dir_all(dir) {
+        Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `name` is one RocksDB gives the files of a store.
+fn is_rocksdb_file(name: &std::ffi::OsStr) -> bool {
+    let Some(name) = name.to_str() else { return false };
+    let fixed = ["IDENTITY", "LOCK", "LOG"].contains(&name);
+    let prefixed = ["LOG.old.", "MANIFEST-", "OPTIONS-"].iter().any(|prefix| name.starts_with(prefix));
+    let numbered = [".log", ".sst", ".blob", ".dbtmp"]
+        .iter()
+        .any(|suffix| name.strip_suffix(suffix).is_some_and(|stem| stem.parse::<u64>().is_ok()));
+    fixed || prefixed || numbered
 }
 
 /// Whether a name of `before` is no longer in `dir` (RocksDB's open only adds files).
