@@ -260,8 +260,10 @@ fn at_least_once_loses_nothing_under_sigkill() {
     let producer = produce_while_killing(&job.input, seed);
     // Killed after a commit and before its fold: the restart replays the changelog's
     // tail, which must hold nothing of a later checkpoint (written outside transactions,
-    // it would count records twice).
-    kill_at_steps(&job, &log, &[("after-commit", 1), ("after-commit", 2)]);
+    // it would count records twice). Then killed with a checkpoint's changes in the
+    // changelog and not committed, a checkpoint after the restart's first: a replay
+    // from before that first checkpoint's fold would read them.
+    kill_at_steps(&job, &log, &[("after-commit", 1), ("after-commit", 2), ("after-changes-sealed", 4)]);
     assert!(job::count_in_log(&log, "replayed keyed state from the changelog's tail") >= 1, "{}", job::read_log(&log));
     let while_running = kill_at_random_moments(&job, &log, 12, seed, false);
     let input = producer.join().expect("producer thread");
@@ -286,6 +288,8 @@ fn at_least_once_loses_nothing_under_sigkill() {
         );
     }
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    let skipped = "a replay of the changelog will start past the records that follow";
+    assert!(job::count_in_log(&log, skipped) >= 1, "no restart skipped the uncommitted changes; log:\n{}", job::read_log(&log));
     let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
     let actual = clicks::as_multiset(&committed);
     let lost = expected.keys().filter(|k| !actual.contains_key(*k)).count();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use weir::checkpoint::store::{Change, Checkpoint, CheckpointStore, StateBase, StoreError};
+use weir::checkpoint::store::{Change, Checkpoint, CheckpointStore, FoldDurability, StateBase, StoreError};
 
 const JOB: &str = "clicks-per-user";
 /// Set in a child process started by a test: what the child does (see `child_process_entry`).
@@ -318,6 +318,21 @@ fn sealed_checkpoint_survives_a_crash_right_after_seal() {
     assert_three(&store, 1);
 }
 
+/// An at-least-once job's next checkpoint writes the changelog outside a transaction
+/// once its fold returns: a fold lost to a SIGKILL would make recovery replay from an
+/// older marker, through that checkpoint's uncommitted changes, and count input twice.
+#[test]
+fn a_synced_fold_survives_a_sigkill() {
+    let tmp = temp_dir();
+    let mut child = spawn_child(&format!("fold-and-die:{}", tmp.path().display()), Stdio::null());
+    let status = wait_with_deadline(&mut child);
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL), "{status}");
+    let store = open(tmp.path());
+    let base = store.state_base().unwrap();
+    assert_eq!((base.n, base.positions), (7, Some(BTreeMap::from([(0, 12)]))));
+    assert_eq!(state_of(&store, 0), [(b"k".to_vec(), b"v".to_vec())]);
+}
+
 /// What the crash test above cannot show (an abort keeps the page cache): that `seal` makes
 /// the disk hold the manifest before it returns. The child runs under strace, and the
 /// manifest's write to the write-ahead log must be followed by an fsync of that file.
@@ -598,6 +613,15 @@ fn child_process_entry() {
             let mut sink = Vec::new();
             std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink).unwrap();
         }
+        "fold-and-die" => {
+            // An at-least-once fold, then SIGKILL: what survives is what the fold wrote
+            // to the disk or the page cache, not what RocksDB held in memory.
+            let store = open(&dir);
+            let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
+            store.fold(7, state, [], &BTreeMap::from([(0, 12)]), FoldDurability::Synced).unwrap();
+            // SAFETY: kill(2) of this process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
         "crash" => {
             let store = open(&dir);
             write_three(&store, 1);
@@ -689,11 +713,11 @@ fn folds_write_committed_changes_with_the_changelog_positions_they_reflect() {
         (1, (1, b"a", Some(b"x"))),
     ];
     store
-        .fold(1, first, [], &BTreeMap::from([(1, 10), (2, 4)]))
+        .fold(1, first, [], &BTreeMap::from([(1, 10), (2, 4)]), FoldDurability::Unlogged)
         .unwrap();
     let second: [(u32, Change); 2] = [(0, (1, b"a", None)), (0, (3, b"c", Some(b"3")))];
     store
-        .fold(2, second, [], &BTreeMap::from([(1, 12), (2, 4), (3, 1)]))
+        .fold(2, second, [], &BTreeMap::from([(1, 12), (2, 4), (3, 1)]), FoldDurability::Unlogged)
         .unwrap();
     drop(store);
 
@@ -745,7 +769,7 @@ fn a_reseed_stays_marked_until_it_ends_and_keeps_the_state() {
     let dir = temp_dir();
     let store = open(dir.path());
     let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
-    store.fold(4, state, [], &BTreeMap::from([(1, 30)])).unwrap();
+    store.fold(4, state, [], &BTreeMap::from([(1, 30)]), FoldDurability::Unlogged).unwrap();
     assert!(!store.reseeding().unwrap());
 
     // The changelog was recreated: it ends at 0 everywhere now.
@@ -759,7 +783,7 @@ fn a_reseed_stays_marked_until_it_ends_and_keeps_the_state() {
 
     // Only the reseed's last commit ends it (a fold of an at-least-once run in between
     // must not), or a fresh start.
-    store.fold(5, [], [], &BTreeMap::from([(0, 3), (1, 1)])).unwrap();
+    store.fold(5, [], [], &BTreeMap::from([(0, 3), (1, 1)]), FoldDurability::Synced).unwrap();
     assert!(store.reseeding().unwrap());
     store.end_reseed().unwrap();
     assert!(!store.reseeding().unwrap());

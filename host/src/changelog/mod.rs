@@ -487,6 +487,22 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
     replay(job, store, n, &topic, partitions, None)
 }
 
+/// An at-least-once job recovering checkpoint `n` whose state the store holds, at
+/// `positions`: records past them are either `n`'s own, already in the store, or those
+/// of a checkpoint a crash kept from its commit, written outside a transaction. A
+/// later replay from `positions` would take the latter as state and count their input
+/// twice, so the store's marker moves to where the changelog ends now. Returns those
+/// ends.
+pub(crate) fn skip_uncommitted(job: &Job, store: &CheckpointStore, n: u64, key_groups: KeyGroups, positions: &BTreeMap<i32, i64>) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+    let ends = Ends::new(job)?.all(key_groups.count())?;
+    let skipped: i64 = ends.iter().map(|(partition, &end)| end - positions.get(partition).copied().unwrap_or(0).min(end)).sum();
+    if skipped > 0 {
+        tracing::info!(checkpoint = n, records = skipped, "a replay of the changelog will start past the records that follow checkpoint {n}'s state (its own, or never committed)");
+    }
+    store.mark_state(n, &ends)?;
+    Ok(ends)
+}
+
 /// Where a replay starts.
 enum Tail {
     /// From these offsets, per partition.

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 mod keyed;
 
-pub use keyed::{Change, StateBase};
+pub use keyed::{Change, FoldDurability, StateBase};
 
 /// Largest snapshot of one task. Bigger state belongs in keyed state, not in one blob that is
 /// rewritten at every checkpoint.

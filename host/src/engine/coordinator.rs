@@ -199,6 +199,10 @@ impl Coordinator<'_> {
         }
         let size = self.seal(&checkpoint)?;
         fault::point(Step::AfterSeal, n);
+        if !changes.is_empty() {
+            // Flushed first: the kill finds the changes in the changelog, not in a queue.
+            fault::point_after(Step::AfterChangesSealed, n, || drop(self.sink.flush_pending()));
+        }
         tracing::debug!(checkpoint = n, "checkpoint sealed; committing it in Kafka");
         // Before the commit: records another instance wrote after fencing this one may be
         // among these ends, but then this commit fails and nothing is folded; and nothing

@@ -10,6 +10,9 @@ pub(crate) enum Step {
     AfterBarrier,
     /// Every snapshot of N durable in the store, N not committed in Kafka.
     AfterSeal,
+    /// As `AfterSeal`, at the first checkpoint from N on that changed keyed state: its
+    /// changes are in the changelog (an at-least-once job's outside a transaction).
+    AfterChangesSealed,
     /// N committed in Kafka, older checkpoints not yet pruned.
     AfterCommit,
     /// Restarting: producer fenced and checkpoint N loaded, tasks not yet running
@@ -31,6 +34,7 @@ impl Step {
         match name {
             "after-barrier" => Some(Step::AfterBarrier),
             "after-seal" => Some(Step::AfterSeal),
+            "after-changes-sealed" => Some(Step::AfterChangesSealed),
             "after-commit" => Some(Step::AfterCommit),
             "during-recovery" => Some(Step::DuringRecovery),
             "panic-in-operator" => Some(Step::PanicInOperator),
@@ -54,7 +58,7 @@ fn armed() -> Option<(Step, u64)> {
         if parsed.is_none() {
             tracing::warn!(
                 "ignoring WEIR_FAULT={spec}: expected \
-                 <after-barrier|after-seal|after-commit|during-recovery|panic-in-operator|during-reseed|in-base>:<checkpoint> \
+                 <after-barrier|after-seal|after-changes-sealed|after-commit|during-recovery|panic-in-operator|during-reseed|in-base>:<checkpoint> \
                  or slow-restore:<ms>"
             );
         }
@@ -67,17 +71,39 @@ fn armed() -> Option<(Step, u64)> {
 #[inline(always)]
 pub(crate) fn point(_step: Step, _n: u64) {}
 
+/// Does nothing: this build has no fault injection.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn point_after(_step: Step, _n: u64, _prepare: impl FnOnce()) {}
+
+/// As `point`, running `prepare` first when the switch names this step and checkpoint
+/// (what the kill must find done, such as records delivered).
+#[cfg(feature = "fault-injection")]
+pub(crate) fn point_after(step: Step, n: u64, prepare: impl FnOnce()) {
+    if fires(step, n) {
+        prepare();
+        point(step, n);
+    }
+}
+
+/// Whether the switch names this step and checkpoint.
+#[cfg(feature = "fault-injection")]
+fn fires(step: Step, n: u64) -> bool {
+    let Some((armed_step, at)) = armed() else { return false };
+    let reached = match step {
+        // Which checkpoint writes a base or changes state depends on the input: the
+        // first from `at` on.
+        Step::InBase | Step::AfterChangesSealed => n >= at,
+        _ => n == at,
+    };
+    armed_step == step && reached
+}
+
 /// Kills the process here (or panics, for `PanicInOperator`) if the switch names this
 /// step and checkpoint.
 #[cfg(feature = "fault-injection")]
 pub(crate) fn point(step: Step, n: u64) {
-    let Some((armed_step, at)) = armed() else { return };
-    let reached = match step {
-        // Which checkpoint writes a base depends on the input: the first from `at` on.
-        Step::InBase => n >= at,
-        _ => n == at,
-    };
-    if armed_step != step || !reached {
+    if !fires(step, n) {
         return;
     }
     if step == Step::PanicInOperator {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::store::{CheckpointStore, FoldDurability};
 use crate::dataflow::TaskFailure;
 use crate::state::{self, StateChanges};
 
@@ -50,7 +50,9 @@ fn write(store: &CheckpointStore, held: Vec<Fold>, folded: Option<&Sender<u64>>,
     let changes: Vec<&StateChanges> = held.iter().flat_map(|fold| &fold.changes).collect();
     let entries = state::latest_of(&changes);
     let logs = changes.iter().flat_map(|c| c.logs.iter().map(move |&(group, log)| (c.stage, group, log)));
-    store.fold(n, entries, logs, &positions)?;
+    // The folder tells of its folds exactly when checkpoints wait for them: at-least-once.
+    let durability = if folded.is_some() { FoldDurability::Synced } else { FoldDurability::Unlogged };
+    store.fold(n, entries, logs, &positions, durability)?;
     through.store(n, Ordering::Release);
     store.prune_before(n)?;
     tracing::debug!(checkpoint = n, checkpoints = held.len(), duration_ms = started.elapsed().as_millis() as u64, "folded state changes");

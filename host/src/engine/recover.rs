@@ -88,9 +88,12 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         false => changelog::Prepared::Ready,
     };
     step("looked at the changelog topic");
-    let mut positions = match positions {
-        Some(positions) => positions,
-        None => start_fresh(job, store, key_groups)?,
+    let mut positions = match (positions, &prepared, resume.checkpoint) {
+        (Some(positions), changelog::Prepared::Ready, Some(n)) if job.keeps_state() && job.producer.delivery == job::Delivery::AtLeastOnce => {
+            changelog::skip_uncommitted(job, store, n, key_groups, &positions)?
+        }
+        (Some(positions), _, _) => positions,
+        (None, _, _) => start_fresh(job, store, key_groups)?,
     };
     let max_timestamp = |partition| snapshot.as_ref().and_then(|s| s.partitions.get(&partition)).map(|state| state.max_timestamp);
     let sources = start_offsets(job, &resume_consumer, &partitions, &resume.offsets, max_timestamp)?;

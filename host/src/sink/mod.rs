@@ -462,6 +462,12 @@ impl Sink {
         }
     }
 
+    /// Waits until every record handed over has reached Kafka (in an exactly-once job,
+    /// its open transaction, still uncommitted).
+    pub(crate) fn flush_pending(&self) -> Result<(), SinkError> {
+        self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))
+    }
+
     /// At-least-once, after a flush: an error if any record handed over since the last
     /// check was not delivered.
     fn delivered(&self) -> Result<(), SinkError> {

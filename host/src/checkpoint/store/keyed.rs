@@ -64,6 +64,21 @@ pub struct StateBase {
     pub positions: Option<BTreeMap<i32, i64>>,
 }
 
+/// How a fold reaches the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoldDurability {
+    /// Not synced and not logged (RocksDB's write-ahead log): a crash loses the folds not
+    /// yet flushed, each whole with the marker it moved, and recovery replays what they
+    /// held from the changelog. For exactly-once jobs: a replay reads only committed
+    /// transactions, so it never reads past the checkpoint it recovers.
+    Unlogged,
+    /// Logged and synced before the fold returns. For at-least-once jobs: the next
+    /// checkpoint writes the changelog outside a transaction, and a crash before its
+    /// commit leaves its changes there; a replay from a lost fold's older marker would
+    /// read them, and the state would count its input twice.
+    Synced,
+}
+
 impl CheckpointStore {
     /// What the stored keyed state reflects.
     pub fn state_base(&self) -> Result<StateBase, StoreError> {
@@ -78,15 +93,14 @@ impl CheckpointStore {
     }
 
     /// Folds committed checkpoint `n`'s changes into the base and records `positions`
-    /// with it: one atomic write, not synced and not logged (RocksDB's write-ahead log:
-    /// a crash loses the folds not yet flushed, each whole with the marker it moved,
-    /// and recovery replays what they held from the changelog).
+    /// with it, in one atomic write that reaches the disk as `durability` says.
     pub fn fold<'a>(
         &self,
         n: u64,
         changes: impl IntoIterator<Item = (u32, Change<'a>)>,
         logs: impl IntoIterator<Item = (u32, u32, GroupLog)>,
         positions: &BTreeMap<i32, i64>,
+        durability: FoldDurability,
     ) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
         let mut buffers = Buffers::default();
@@ -97,11 +111,15 @@ impl CheckpointStore {
             self.put_log_into(&mut batch, &mut buffers, stage, group, &log);
         }
         self.put_base_into(&mut batch, n, positions);
-        let mut unlogged = WriteOptions::default();
-        unlogged.disable_wal(true);
-        self.db
-            .write_opt(batch, &unlogged)
-            .map_err(|source| self.rocks(format!("folding the state changes of checkpoint {n} into the state"), source))
+        let what = || format!("folding the state changes of checkpoint {n} into the state");
+        match durability {
+            FoldDurability::Unlogged => {
+                let mut unlogged = WriteOptions::default();
+                unlogged.disable_wal(true);
+                self.db.write_opt(batch, &unlogged).map_err(|source| self.rocks(what(), source))
+            }
+            FoldDurability::Synced => self.write_synced(batch, what),
+        }
     }
 
     /// Recovery with no committed checkpoint (a fresh start), or before a rebuild from
