@@ -323,14 +323,32 @@ fn sealed_checkpoint_survives_a_crash_right_after_seal() {
 /// older marker, through that checkpoint's uncommitted changes, and count input twice.
 #[test]
 fn a_synced_fold_survives_a_sigkill() {
-    let tmp = temp_dir();
-    let mut child = spawn_child(&format!("fold-and-die:{}", tmp.path().display()), Stdio::null());
-    let status = wait_with_deadline(&mut child);
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL), "{status}");
-    let store = open(tmp.path());
+    let (_tmp, store) = after_sigkill("fold-and-die");
     let base = store.state_base().unwrap();
     assert_eq!((base.n, base.positions), (7, Some(BTreeMap::from([(0, 12)]))));
     assert_eq!(state_of(&store, 0), [(b"k".to_vec(), b"v".to_vec())]);
+}
+
+/// The store a child left in a new directory after it ran `mode` and SIGKILLed itself.
+fn after_sigkill(mode: &str) -> (tempfile::TempDir, CheckpointStore) {
+    let tmp = temp_dir();
+    let mut child = spawn_child(&format!("{mode}:{}", tmp.path().display()), Stdio::null());
+    let status = wait_with_deadline(&mut child);
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL), "{status}");
+    let store = open(tmp.path());
+    (tmp, store)
+}
+
+/// A fold of an exactly-once job is not logged, and a SIGKILL loses it until RocksDB
+/// flushes it; a marker written after it (a replay's end, a rebalance's, logged and
+/// synced) must not survive without it: it would claim state the store lacks, and no
+/// replay would bring that back.
+#[test]
+fn a_marker_written_after_an_unlogged_fold_never_outlives_it() {
+    let (_tmp, store) = after_sigkill("fold-mark-die");
+    let base = store.state_base().unwrap();
+    assert_eq!((base.n, base.positions), (6, Some(BTreeMap::from([(0, 20)]))));
+    assert_eq!(state_of(&store, 0), [(b"k".to_vec(), b"v".to_vec())], "the fold before the marker was lost");
 }
 
 /// What the crash test above cannot show (an abort keeps the page cache): that `seal` makes
@@ -619,6 +637,15 @@ fn child_process_entry() {
             let store = open(&dir);
             let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
             store.fold(7, state, [], &BTreeMap::from([(0, 12)]), FoldDurability::Synced).unwrap();
+            // SAFETY: kill(2) of this process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        "fold-mark-die" => {
+            // An unlogged fold, a synced marker after it, then SIGKILL.
+            let store = open(&dir);
+            let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
+            store.fold(5, state, [], &BTreeMap::from([(0, 10)]), FoldDurability::Unlogged).unwrap();
+            store.mark_state(6, &BTreeMap::from([(0, 20)])).unwrap();
             // SAFETY: kill(2) of this process.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }

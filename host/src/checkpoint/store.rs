@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rocksdb::{DB, DBCompressionType, ErrorKind, Options, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
@@ -207,6 +208,10 @@ pub struct CheckpointStore {
     /// reading the state back. Emptied by `seal`, `prune_before` and `discard_after`; never holds
     /// more than `MAX_TASKS` entries.
     unsealed: Mutex<BTreeMap<u64, HashMap<String, EntryInfo>>>,
+    /// Set by a fold written without RocksDB's log: until the memtable is flushed, a
+    /// crash loses it, while a logged write after it survives. A synced write flushes
+    /// first, or a state marker it writes could outlive the state it stands for.
+    unlogged: AtomicBool,
 }
 
 const _: () = {
@@ -286,6 +291,7 @@ impl CheckpointStore {
             job: job.to_owned(),
             prefix,
             unsealed: Mutex::new(BTreeMap::new()),
+            unlogged: AtomicBool::new(false),
         };
         store.check_format()?;
         Ok(store)
@@ -627,7 +633,12 @@ impl CheckpointStore {
     }
 
     /// Writes `batch` and waits until it is on disk: for what a crash must not undo.
+    /// Unlogged folds before it are flushed first: a crash keeps both or loses what
+    /// follows them, never the folds alone.
     fn write_synced(&self, batch: WriteBatch, action: impl FnOnce() -> String) -> Result<(), StoreError> {
+        if self.unlogged.swap(false, Ordering::AcqRel) {
+            self.db.flush().map_err(|source| self.rocks("flushing the state folded without the write-ahead log".into(), source))?;
+        }
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         self.db.write_opt(batch, &sync).map_err(|source| self.rocks(action(), source))

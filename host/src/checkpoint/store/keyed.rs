@@ -114,6 +114,7 @@ impl CheckpointStore {
         let what = || format!("folding the state changes of checkpoint {n} into the state");
         match durability {
             FoldDurability::Unlogged => {
+                self.unlogged.store(true, std::sync::atomic::Ordering::Release);
                 let mut unlogged = WriteOptions::default();
                 unlogged.disable_wal(true);
                 self.db.write_opt(batch, &unlogged).map_err(|source| self.rocks(what(), source))
