@@ -583,6 +583,26 @@ fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
     assert!(error.to_string().contains("without a RocksDB CURRENT file"), "{error}");
     assert!(own.read_dir().unwrap().next().is_some(), "the refused state_dir keeps its files");
 
+    // Debris whose RocksDB LOCK another live process holds is that process's store:
+    // the claim takes the next slot and leaves it alone.
+    let busy = tmp.path().join("busy");
+    std::fs::create_dir_all(busy.join("process-0")).unwrap();
+    for name in ["LOCK", "IDENTITY", "000004.log"] {
+        std::fs::write(busy.join("process-0").join(name), b"").unwrap();
+    }
+    let mut holder = Command::new("python3")
+        .args(["-c", "import fcntl,sys,time; f=open(sys.argv[1],'r+'); fcntl.lockf(f, fcntl.LOCK_EX); print('WEIR-CHILD-OPENED', flush=True); time.sleep(120)"])
+        .arg(busy.join("process-0").join("LOCK"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 holding a POSIX lock");
+    wait_for_line(holder.stdout.take().unwrap(), "WEIR-CHILD-OPENED");
+    let claimed = StateDir::claim(&busy, JOB, true).map(|(claimed, _)| claimed.store_dir().to_owned());
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(claimed.expect("the next slot"), busy.join("process-1"));
+    assert!(busy.join("process-0").join("000004.log").exists(), "a live process's files are kept");
+
     let other = tmp.path().join("other");
     std::fs::create_dir_all(other.join("process-0")).unwrap();
     std::fs::write(other.join("process-0").join("notes.txt"), "not a store").unwrap();

@@ -128,12 +128,17 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
 }
 
 /// Deletes `dir` if it holds RocksDB's files and no CURRENT: what is left of a store
-/// whose deletion was interrupted, which no RocksDB can open.
+/// whose deletion was interrupted, which no RocksDB can open. One another live process
+/// still has open (its RocksDB holds the LOCK file) is that process's: `Locked`.
 fn clear_debris(dir: &Path) -> Result<(), StoreError> {
     let names = listing(dir);
     let debris = !names.is_empty() && !names.contains(std::ffi::OsStr::new("CURRENT")) && names.iter().all(|name| is_rocksdb_file(name));
     if !debris {
         return Ok(());
+    }
+    if lock_held_elsewhere(&dir.join("LOCK")) {
+        let detail = "another live process's RocksDB holds it, though its CURRENT file is gone".to_owned();
+        return Err(StoreError::Locked { dir: dir.to_owned(), detail });
     }
     tracing::warn!(
         "{} holds a checkpoint store's files without its CURRENT file (a deletion of it was interrupted): \
@@ -144,6 +149,20 @@ fn clear_debris(dir: &Path) -> Result<(), StoreError> {
         Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
         _ => Ok(()),
     }
+}
+
+/// Whether another process holds the POSIX record lock RocksDB takes on a store's
+/// LOCK file (`fcntl`, which `File::try_lock`'s `flock` does not see).
+fn lock_held_elsewhere(lock: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(lock) else { return false };
+    // SAFETY: an all-zero `flock` is a valid value of this plain C struct.
+    let mut query: libc::flock = unsafe { std::mem::zeroed() };
+    query.l_type = libc::F_WRLCK as libc::c_short;
+    query.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: F_GETLK on an open descriptor, with a pointer to a live `flock`.
+    let asked = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut query) };
+    asked == 0 && query.l_type != libc::F_UNLCK as libc::c_short
 }
 
 /// Whether `name` is one RocksDB gives the files of a store.

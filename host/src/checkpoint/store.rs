@@ -636,8 +636,11 @@ impl CheckpointStore {
     /// Unlogged folds before it are flushed first: a crash keeps both or loses what
     /// follows them, never the folds alone.
     fn write_synced(&self, batch: WriteBatch, action: impl FnOnce() -> String) -> Result<(), StoreError> {
-        if self.unlogged.swap(false, Ordering::AcqRel) {
-            self.db.flush().map_err(|source| self.rocks("flushing the state folded without the write-ahead log".into(), source))?;
+        if self.unlogged.swap(false, Ordering::AcqRel)
+            && let Err(source) = self.db.flush()
+        {
+            self.unlogged.store(true, Ordering::Release);
+            return Err(self.rocks("flushing the state folded without the write-ahead log".into(), source));
         }
         let mut sync = WriteOptions::default();
         sync.set_sync(true);

@@ -114,10 +114,13 @@ impl CheckpointStore {
         let what = || format!("folding the state changes of checkpoint {n} into the state");
         match durability {
             FoldDurability::Unlogged => {
+                // Set before and after: a synced write meanwhile flushes, or sees it after.
                 self.unlogged.store(true, std::sync::atomic::Ordering::Release);
                 let mut unlogged = WriteOptions::default();
                 unlogged.disable_wal(true);
-                self.db.write_opt(batch, &unlogged).map_err(|source| self.rocks(what(), source))
+                self.db.write_opt(batch, &unlogged).map_err(|source| self.rocks(what(), source))?;
+                self.unlogged.store(true, std::sync::atomic::Ordering::Release);
+                Ok(())
             }
             FoldDurability::Synced => self.write_synced(batch, what),
         }
