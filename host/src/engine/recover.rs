@@ -348,14 +348,14 @@ fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGro
     )))
 }
 
+/// How long the group listing's metadata request may take before the listing asks anyway.
+const METADATA_FIRST: Duration = Duration::from_secs(2);
+
 /// A single process refuses to run a job whose consumer group has members: processes of
 /// it run with scale_out, and the two would process the same partitions (the broker
 /// takes a transactional commit without membership). Asked after its producer started,
 /// so a scaled-out process that joins later fences it. A group that cannot be described
 /// (a broker down) is an error too: better not to start than to run beside them.
-/// How long the group listing's metadata request may take before the listing asks anyway.
-const METADATA_FIRST: Duration = Duration::from_secs(2);
-
 fn refuse_scaled_out_members(job: &Job, consumer: &BaseConsumer) -> Result<(), TaskFailure> {
     // librdkafka lists groups on the brokers its metadata names; a new client that has
     // none yet waits for its first metadata refresh, about a second (measured: 950 ms of

@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::{WriteBatch, WriteOptions};
@@ -115,11 +116,11 @@ impl CheckpointStore {
         match durability {
             FoldDurability::Unlogged => {
                 // Set before and after: a synced write meanwhile flushes, or sees it after.
-                self.unlogged.store(true, std::sync::atomic::Ordering::Release);
+                self.unlogged.store(true, Ordering::Release);
                 let mut unlogged = WriteOptions::default();
                 unlogged.disable_wal(true);
                 self.db.write_opt(batch, &unlogged).map_err(|source| self.rocks(what(), source))?;
-                self.unlogged.store(true, std::sync::atomic::Ordering::Release);
+                self.unlogged.store(true, Ordering::Release);
                 Ok(())
             }
             FoldDurability::Synced => self.write_synced(batch, what),
