@@ -9,7 +9,7 @@ use crate::operator_common as common;
 use common::{Image, apply, changes, config, load, records, restore, round};
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance};
-use weir::state::StateChunk;
+use weir::chunk::StateChunk;
 
 const PORTS: [&str; 2] = ["c-window-count", "go-window-count"];
 

@@ -394,11 +394,11 @@ fn a_round_and_restore_within_the_limits_pass_at_the_chunk_size_a_job_uses() {
     let changes = op.snapshot_round(0, |_| Ok(0)).unwrap_or_else(|err| panic!("{err}"));
     assert_eq!(changes.size(), (1024, 1024 * (11 + (100 << 10))));
     let mut fresh = bad_output(limits, &[("state", "many:1024:100")]);
-    let mut chunks = weir::state::RestoreChunks::default();
+    let mut chunks = weir::chunk::RestoreChunks::default();
     let mut restored = 0;
     for (_, key, value) in changes.entries() {
         if let Some(full) = chunks.push(key, value.expect("no removal")) {
-            assert!(full.data_len() <= weir::state::CHUNK_BYTES as usize);
+            assert!(full.data_len() <= weir::chunk::CHUNK_BYTES as usize);
             restored += full.len();
             fresh.restore(&full).unwrap_or_else(|err| panic!("{err}"));
         }

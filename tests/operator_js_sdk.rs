@@ -17,7 +17,7 @@ use support::clicks::{START_MS, java_partition};
 use support::job;
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance};
-use weir::state::StateChunk;
+use weir::chunk::StateChunk;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()

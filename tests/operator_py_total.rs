@@ -8,7 +8,7 @@ use crate::operator_common as common;
 use common::{batch, config, load, records, round};
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance};
-use weir::state::StateChunk;
+use weir::chunk::StateChunk;
 
 /// A state entry as text: the key, and its value (`None` for a removal).
 type Entry = (String, Option<String>);

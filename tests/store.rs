@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use weir::checkpoint::store::{Change, Checkpoint, CheckpointStore, FoldDurability, StateBase, StoreError};
+use weir::checkpoint::store::{Checkpoint, CheckpointStore, StoreError};
+use weir::state::{Change, FoldDurability, StateBase};
 
 const JOB: &str = "clicks-per-user";
 /// Set in a child process started by a test: what the child does (see `child_process_entry`).

@@ -2,12 +2,13 @@
 //! Kafka. The modules follow the data path: `job` describes it, `source` reads Kafka,
 //! `operator` runs plugins, `sink` writes Kafka, `checkpoint` keeps state durable, and
 //! `engine` wires them into tasks, drives checkpoints and keeps the job running;
-//! `metrics` is what it shows and `status` serves that. The words the tasks exchange
-//! live in `dataflow`, below all of them (ARCHITECTURE.md).
+//! `state` keeps keyed state (the changelog and the store's cache of it); `metrics` is
+//! what it shows and `status` serves that. The words the tasks exchange live in
+//! `dataflow`, `batch` and `chunk`, below all of them (ARCHITECTURE.md).
 
 pub mod batch;
-mod changelog;
 pub mod checkpoint;
+pub mod chunk;
 mod dataflow;
 pub mod engine;
 pub mod job;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance, Plugin, Runtime, RuntimeConfig};
-use weir::state::StateChunk;
+use weir::chunk::StateChunk;
 
 /// `$WEIR_PLUGINS_DIR`, else `<repo>/target/plugins`.
 pub fn plugins_dir() -> PathBuf {

@@ -11,7 +11,7 @@
 //!
 //! Formats 0 and 1 hold each operator subtask's whole state in its entry (plugins of
 //! weir:operator@0.1). From format 2 on, keyed state lives apart, per key group, in
-//! the store's state key space (`store/keyed.rs`); the entry keeps the watermark.
+//! the store's state key space (`state/cache.rs`); the entry keeps the watermark.
 //!
 //! From format 2 on, every checkpoint is also in the job's changelog topic (DESIGN.md §5),
 //! in the checkpoint's own Kafka transaction: each changed key as a record in partition
@@ -660,7 +660,7 @@ mod tests {
     #[test]
     fn a_changelog_record_adds_to_a_state_entry_what_the_entry_limit_leaves_room_for() {
         let framing = changelog_key(7, b"").len() + changelog_value(b"").len();
-        assert_eq!(framing, crate::state::RECORD_FRAMING_BYTES);
+        assert_eq!(framing, crate::chunk::RECORD_FRAMING_BYTES);
     }
 
     #[test]

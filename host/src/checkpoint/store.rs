@@ -9,7 +9,7 @@
 //! 0x00 "weir-checkpoint-store"                      -> format marker (FORMAT)
 //! 0x01 len(job):u8 job  n:u64be  0x00               -> manifest of checkpoint n (framed JSON)
 //! 0x01 len(job):u8 job  n:u64be  0x01  task         -> snapshot bytes of `task` (framed)
-//! 0x02..0x04 ...                                    -> keyed state (`store/keyed.rs`)
+//! 0x02..0x06 ...                                    -> keyed state (`state/cache.rs`)
 //! ```
 //!
 //! The checkpoint id is big-endian so that keys sort by checkpoint and a range delete removes
@@ -17,6 +17,10 @@
 //! per checkpoint. A framed value is `crc32c:u32le len:u64le payload`, the checksum covering the
 //! key, the length and the payload, so a truncated value, a flipped bit or a value stored under
 //! the wrong key all fail verification.
+//!
+//! The keyed spaces are `state/cache.rs`'s, an `impl CheckpointStore` of its own: this file
+//! lends it the RocksDB handle, the framing, the key spaces and the two writes (synced, and
+//! unlogged) as `pub(crate)`, and reads nothing of what it keeps there.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,10 +29,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rocksdb::{DB, DBCompressionType, ErrorKind, Options, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
-
-mod keyed;
-
-pub use keyed::{Change, FoldDurability, StateBase};
 
 /// Largest snapshot of one task. Bigger state belongs in keyed state, not in one blob that is
 /// rewritten at every checkpoint.
@@ -49,6 +49,10 @@ const FORMAT_KEY: &[u8] = b"\x00weir-checkpoint-store";
 const CHECKPOINTS: u8 = 0x01;
 const KIND_MANIFEST: u8 = 0x00;
 const KIND_ENTRY: u8 = 0x01;
+/// Per-checkpoint changes, as weir wrote them up to commit 36c9be7: deleted on recovery.
+const LEGACY_DELTA: u8 = 0x03;
+/// Bytes of `stage` and `group` at the head of a keyed-state key (`state/cache.rs`).
+const STATE_HEAD: usize = 4 + 4;
 const FRAME_HEADER: usize = 4 + 8;
 const MANIFEST_FORMAT: u32 = 1;
 
@@ -196,14 +200,14 @@ struct Manifest {
 /// The checkpoint store of one job. `Send + Sync`: share it through an `Arc` between the
 /// threads that `put` snapshots and the committer that `seal`s and prunes.
 pub struct CheckpointStore {
-    db: DB,
+    pub(crate) db: DB,
     dir: PathBuf,
     /// The directory's device and inode at open: a directory of that name made anew
     /// (deleted and created again, by someone or by another process) is not this store's.
     identity: Option<(u64, u64)>,
     job: String,
     /// `[CHECKPOINTS, len(job), job..]`: the start of every key of this job.
-    prefix: Vec<u8>,
+    pub(crate) prefix: Vec<u8>,
     /// Snapshots put but not yet sealed, by checkpoint, so `seal` can write the manifest without
     /// reading the state back. Emptied by `seal`, `prune_before` and `discard_after`; never holds
     /// more than `MAX_TASKS` entries.
@@ -635,7 +639,7 @@ impl CheckpointStore {
     /// Writes `batch` and waits until it is on disk: for what a crash must not undo.
     /// Unlogged folds before it are flushed first: a crash keeps both or loses what
     /// follows them, never the folds alone.
-    fn write_synced(&self, batch: WriteBatch, action: impl FnOnce() -> String) -> Result<(), StoreError> {
+    pub(crate) fn write_synced(&self, batch: WriteBatch, action: impl FnOnce() -> String) -> Result<(), StoreError> {
         if self.unlogged.swap(false, Ordering::AcqRel)
             && let Err(source) = self.db.flush()
         {
@@ -647,7 +651,38 @@ impl CheckpointStore {
         self.db.write_opt(batch, &sync).map_err(|source| self.rocks(action(), source))
     }
 
-    fn rocks(&self, action: String, source: rocksdb::Error) -> StoreError {
+    /// Writes `batch` without RocksDB's log and without waiting for the disk: a crash
+    /// loses it until the memtable is flushed, which the next synced write does first.
+    pub(crate) fn write_unlogged(&self, batch: WriteBatch, action: impl FnOnce() -> String) -> Result<(), StoreError> {
+        // Set before and after: a synced write meanwhile flushes, or sees it after.
+        self.unlogged.store(true, Ordering::Release);
+        let mut unlogged = WriteOptions::default();
+        unlogged.disable_wal(true);
+        self.db.write_opt(batch, &unlogged).map_err(|source| self.rocks(action(), source))?;
+        self.unlogged.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Deletes the per-checkpoint changes an older weir kept (part of `discard_after`).
+    fn discard_legacy_deltas(&self, batch: &mut WriteBatch) {
+        batch.delete_range(self.space_key(LEGACY_DELTA), self.space_end(LEGACY_DELTA));
+    }
+
+    /// `[space, len(job), job..]`: the start of a key space of this job.
+    pub(crate) fn space_key(&self, space: u8) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key[0] = space;
+        key
+    }
+
+    /// Above every key of a space of this job.
+    pub(crate) fn space_end(&self, space: u8) -> Vec<u8> {
+        let mut key = self.space_key(space);
+        key.extend_from_slice(&[0xff; STATE_HEAD + 1]);
+        key
+    }
+
+    pub(crate) fn rocks(&self, action: String, source: rocksdb::Error) -> StoreError {
         StoreError::Rocks {
             dir: self.dir.clone(),
             action,
@@ -719,7 +754,7 @@ fn frame(key: &[u8], payload: &[u8]) -> (Vec<u8>, EntryInfo) {
 }
 
 /// Replaces `out` with the framed `payload` (see `frame`).
-fn frame_into(key: &[u8], payload: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn frame_into(key: &[u8], payload: &[u8], out: &mut Vec<u8>) {
     let len = (payload.len() as u64).to_le_bytes();
     let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(key), &len), payload);
     out.clear();
@@ -729,7 +764,7 @@ fn frame_into(key: &[u8], payload: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The payload of a framed value, or what is wrong with it.
-fn unframe<'v>(key: &[u8], value: &'v [u8]) -> Result<&'v [u8], String> {
+pub(crate) fn unframe<'v>(key: &[u8], value: &'v [u8]) -> Result<&'v [u8], String> {
     if value.len() < FRAME_HEADER {
         return Err(format!(
             "the value is {} bytes, shorter than its {FRAME_HEADER}-byte header",

@@ -16,7 +16,7 @@ use weir::operator::{
     Emitted, Limits, LoadLimits, LogLimits, OperatorInstance, Plugin, PluginInfo, Ports, Runtime,
     RuntimeConfig, World,
 };
-use weir::state::{RestoreChunks, StateChanges};
+use weir::chunk::{RestoreChunks, StateChanges};
 
 use super::snapshot_file::{self, Image};
 

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use weir::state::MAX_ENTRY_BYTES;
+use weir::chunk::MAX_ENTRY_BYTES;
 
 const FORMAT: &str = "weir-check-snapshot-1";
 

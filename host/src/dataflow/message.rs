@@ -4,7 +4,7 @@
 
 use crate::batch::Batch;
 use crate::checkpoint::layout::{PartitionState, TaskId};
-use crate::state::StateChanges;
+use crate::chunk::StateChanges;
 
 use super::TaskFailure;
 

@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::changelog;
 use crate::checkpoint::layout;
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
+use crate::chunk::StateChanges;
 use crate::dataflow::{Event, InputTopics, TaskFailure};
 use crate::metrics::Metrics;
 use crate::metrics::history::CheckpointEntry;
 use crate::sink::{self, Sink};
 use crate::source::Control;
-use crate::state::StateChanges;
+use crate::state::changelog;
 
 use super::fault::{self, Step};
 use super::watchdog::Watchdog;

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::checkpoint::store::{CheckpointStore, FoldDurability};
+use crate::checkpoint::store::CheckpointStore;
+use crate::chunk::{self, StateChanges};
 use crate::dataflow::TaskFailure;
-use crate::state::{self, StateChanges};
+use crate::state::FoldDurability;
 
 use super::coordinator::Fold;
 
@@ -48,7 +49,7 @@ fn write(store: &CheckpointStore, held: Vec<Fold>, folded: Option<&Sender<u64>>,
     let (n, positions) = (last.n, last.positions.clone());
     let started = Instant::now();
     let changes: Vec<&StateChanges> = held.iter().flat_map(|fold| &fold.changes).collect();
-    let entries = state::latest_of(&changes);
+    let entries = chunk::latest_of(&changes);
     let logs = changes.iter().flat_map(|c| c.logs.iter().map(move |&(group, log)| (c.stage, group, log)));
     // The folder tells of its folds exactly when checkpoints wait for them: at-least-once.
     let durability = if folded.is_some() { FoldDurability::Synced } else { FoldDurability::Unlogged };

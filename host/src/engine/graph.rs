@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
-use crate::changelog;
-use crate::changelog::writer::{ChangelogWriter, StateOut};
 use crate::checkpoint::layout;
 use crate::checkpoint::store::CheckpointStore;
 use crate::dataflow::{Event, Fanout, InputTopics, KeyGroups, Message, Reader, Shard, TaskFailure};
@@ -19,6 +17,8 @@ use crate::job::{self, Input, Port};
 use crate::operator::OperatorInstance;
 use crate::sink::{self, SinkTask};
 use crate::source::{self, Bootstrap, Control, SourceTask};
+use crate::state::changelog;
+use crate::state::changelog::writer::{ChangelogWriter, StateOut};
 
 use super::{Engine, Records};
 use super::coordinator::{Coordinator, Fold, Outcome};

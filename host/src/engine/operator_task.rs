@@ -10,13 +10,13 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
-use crate::changelog::writer::ChangelogWriter;
 use crate::checkpoint::layout::{self, TaskId};
+use crate::chunk::{self, StateChanges};
 use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure, kafka_partition};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Emitted, OperatorError, OperatorInstance};
 use crate::source::Bootstrap;
-use crate::state::{self, StateChanges};
+use crate::state::changelog::writer::ChangelogWriter;
 
 use super::fault::{self, Step};
 
@@ -231,14 +231,14 @@ impl OperatorTask<'_> {
                     "it keeps state (key {}) but its input is not routed by key, so the records of a \
                      key reach every subtask and its state could not follow them on restore; set \
                      key_by = true for operator `{name}`",
-                    state::shown_key(key)
+                    chunk::shown_key(key)
                 ));
             };
             if !owned.contains(&group) || shard.as_ref().is_some_and(|shard| !shard.owns(group)) {
                 return Err(format!(
                     "key {} is in key group {group}, which subtask {subtask} does not own (it owns \
                      {owned:?}): state must be kept under the key of the records that change it",
-                    state::shown_key(key)
+                    chunk::shown_key(key)
                 ));
             }
             Ok(group)

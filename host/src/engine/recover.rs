@@ -9,17 +9,17 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::changelog;
 use crate::checkpoint::layout::{self, FormatError, PartitionState, Shape, Snapshot};
 use crate::checkpoint::recovery::{self, RecoveryError, ShardResume};
 use crate::checkpoint::store::{CheckpointStore, StoreError};
+use crate::chunk;
 use crate::dataflow::{InputTopics, KeyGroups, MAX_PARTITIONS, Shard, TaskFailure, input_id};
 use crate::job::{self, Job, Port};
 use crate::metrics::{Metrics, progress};
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin, Ports};
 use crate::sink::{self, Delivery, Member, ShardSink, Sink, SinkConfig, SinkError};
 use crate::source;
-use crate::state;
+use crate::state::changelog;
 
 use super::fault::{self, Step};
 
@@ -886,7 +886,7 @@ fn restore_groups(
     let mut entries = 0;
     for group in groups {
         let mut bytes = 0;
-        let read = store.read_state(stage, group..group + 1, state::CHUNK_BYTES as usize, |chunk| {
+        let read = store.read_state(stage, group..group + 1, chunk::CHUNK_BYTES as usize, |chunk| {
             bytes += chunk.data_len() as u64;
             instance.restore(&chunk).map_err(TaskFailure::operator)
         })?;

@@ -15,7 +15,7 @@ use super::error::OutputsError;
 use super::ports::Emitted;
 use super::sandbox::HostState;
 use crate::batch::{Batch, BatchError, Entry, Header, OutputBound};
-use crate::state::{ChunkError, StateChunk, StateEntry};
+use crate::chunk::{ChunkError, StateChunk, StateEntry};
 
 /// `weir:operator@0.2.0`: one input, one output.
 pub(super) mod v0_2 {

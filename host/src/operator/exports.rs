@@ -14,7 +14,7 @@ use super::contract::World;
 use super::ports::Ports;
 use super::sandbox::HostState;
 use crate::batch::Batch;
-use crate::state::StateChunk;
+use crate::chunk::StateChunk;
 
 /// A plugin's pre-instantiation, type-checked against its world's exports.
 pub(super) enum OperatorPre {

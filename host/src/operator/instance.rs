@@ -15,8 +15,8 @@ use super::ports::{Emitted, Ports};
 use super::sandbox::HostState;
 use super::stdio::{self, LogGate, LogLimits};
 use crate::batch::{Batch, BatchError, OutputBound};
+use crate::chunk::{CHUNK_BYTES, Round, StateChanges, StateChunk};
 use crate::metrics::PluginLogMetrics;
-use crate::state::{CHUNK_BYTES, Round, StateChanges, StateChunk};
 
 /// What one operator instance may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Limits {
     }
 
     /// The most bytes one snapshot round may hand over, counting
-    /// `state::ENTRY_OVERHEAD_BYTES` per entry: twice the memory limit, since the
+    /// `chunk::ENTRY_OVERHEAD_BYTES` per entry: twice the memory limit, since the
     /// guest holds what changed (a round that never ends stops there).
     pub fn round_bytes(&self) -> usize {
         self.memory_bytes.saturating_mul(2)
@@ -280,7 +280,7 @@ impl OperatorInstance {
     }
 
     /// One whole snapshot round of stage `stage`, in chunks of [`CHUNK_BYTES`], checked
-    /// as a job checks it (`state::Round`): each key in the key group `group_of` gives
+    /// as a job checks it (`chunk::Round`): each key in the key group `group_of` gives
     /// it (or refused with the reason it returns), once, within one changelog record,
     /// and the round within [`Limits::round_bytes`].
     pub fn snapshot_round(

@@ -1,7 +1,10 @@
 //! What the changelog holds of one stage's key group: its live base, the segments
 //! written since, and the segment keys earlier bases left. The group's owner decides
 //! from it when to write a new base and which records it must remove by key; recovery
-//! rebuilds it from the records it reads, and the store keeps it with the state.
+//! rebuilds it from the records it reads, and the store keeps it with the state. The
+//! `GroupLog` itself is a word of `chunk`, as it travels with a checkpoint's changes.
+
+use crate::chunk::GroupLog;
 
 /// A group's segments since its base may outweigh the base (or this, while the base is
 /// smaller) before the next checkpoint that changes the group writes a base instead.
@@ -19,29 +22,6 @@ pub(crate) const MAX_SEGMENT_SEQ: u32 = 1 << 16;
 /// Bytes of an encoded `GroupLog`; before packed keys without the base's id, fewer.
 const ENCODED_BYTES: usize = ENCODED_BYTES_1 + 4 + 1;
 const ENCODED_BYTES_1: usize = 8 + 8 + 4 + 4 + 8 + 1;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GroupLog {
-    /// The live base's id (0: the group has none).
-    pub base: u64,
-    /// Bytes of keys and values in it.
-    pub base_bytes: u64,
-    /// Its chunk records.
-    pub base_chunks: u32,
-    /// Segment records since it.
-    pub segments: u32,
-    /// Bytes of keys and values in them.
-    pub segment_bytes: u64,
-    /// The changelog holds records of one key each for the group (an older weir wrote
-    /// them, or a reseed): the next base removes them.
-    pub legacy: bool,
-    /// Segment keys that may hold a record: the segments since the base, and those of
-    /// earlier bases that no later segment has replaced yet.
-    pub slots: u32,
-    /// The base and the segments since may be under version 1's keys, which hold the
-    /// base's id: the next base removes them by those keys.
-    pub v1_keys: bool,
-}
 
 impl GroupLog {
     /// Whether the group's next change of `bytes` should come as a base: everything

@@ -290,7 +290,7 @@ fn take_varint(input: &mut &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::MAX_ENTRY_BYTES;
+    use crate::chunk::MAX_ENTRY_BYTES;
 
     fn parsed(key: &[u8], value: Option<&[u8]>) -> PackedRecord<'static> {
         let (key, value): (&'static [u8], Option<&'static [u8]>) = (key.to_vec().leak(), value.map(|v| &*v.to_vec().leak()));

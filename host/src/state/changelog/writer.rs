@@ -21,10 +21,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::checkpoint::layout;
 use crate::checkpoint::store::CheckpointStore;
+use crate::chunk::{GroupLog, StateChanges};
 use crate::dataflow::TaskFailure;
 use crate::sink::Sink;
 use crate::state::packed::{BaseEnd, EntriesValue, Kind, PackedKey};
-use crate::state::{GroupLog, StateChanges};
 
 /// The least a subtask may spend on bases in one checkpoint, in bytes of keys and values;
 /// it may spend as much as its changes hold. A group's base is due once its segments

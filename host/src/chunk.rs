@@ -1,15 +1,11 @@
-//! Keyed state as it crosses the plugin boundary and goes into checkpoints: packed
-//! chunks of entries, each a key and either its new value or its removal. Mirrors the
-//! WIT `state-chunk`, so handing a chunk to a guest is two copies, whatever its length.
-//! The limits `wit/operator.wit` sets a plugin are checked here, once for a job and
-//! `weir check` alike: a chunk as it crosses (`from_parts`), a round in `round`.
+//! Keyed state as it crosses the plugin boundary and travels to the changelog and the
+//! store: packed chunks of entries, each a key and either its new value or its removal.
+//! Mirrors the WIT `state-chunk`, so handing a chunk to a guest is two copies, whatever
+//! its length. The limits `wit/operator.wit` sets a plugin are checked here, once for a
+//! job and `weir check` alike: a chunk as it crosses (`from_parts`), a round in `round`.
 
-mod ledger;
-pub mod packed;
 mod round;
 
-pub use ledger::GroupLog;
-pub(crate) use ledger::MAX_SEGMENT_SEQ;
 pub(crate) use round::{Round, shown_key};
 
 /// The data bytes of a chunk either way across the boundary: what the host asks of
@@ -212,7 +208,7 @@ fn prefix(key: &[u8]) -> u128 {
 }
 
 /// Cuts checkpointed entries into the chunks `restore` is handed, the same way for a job
-/// (`checkpoint::store` reads them) and `weir check`: in the order given, at most
+/// (`state::cache` reads them) and `weir check`: in the order given, at most
 /// `max_bytes` of data per chunk, an entry bigger than that alone.
 #[derive(Debug)]
 pub struct RestoreChunks {
@@ -320,6 +316,32 @@ impl StateChanges {
     pub fn size(&self) -> (u64, u64) {
         (self.groups.len() as u64, self.chunk.data_len() as u64)
     }
+}
+
+/// What the changelog holds of one stage's key group, as its writer leaves it in
+/// `StateChanges::logs` for the store; when the next base is due and how it is kept
+/// are `state::ledger`'s.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupLog {
+    /// The live base's id (0: the group has none).
+    pub base: u64,
+    /// Bytes of keys and values in it.
+    pub base_bytes: u64,
+    /// Its chunk records.
+    pub base_chunks: u32,
+    /// Segment records since it.
+    pub segments: u32,
+    /// Bytes of keys and values in them.
+    pub segment_bytes: u64,
+    /// The changelog holds records of one key each for the group (an older weir wrote
+    /// them, or a reseed): the next base removes them.
+    pub legacy: bool,
+    /// Segment keys that may hold a record: the segments since the base, and those of
+    /// earlier bases that no later segment has replaced yet.
+    pub slots: u32,
+    /// The base and the segments since may be under version 1's keys, which hold the
+    /// base's id: the next base removes them by those keys.
+    pub v1_keys: bool,
 }
 
 /// A stage's changed key: `(stage, (group, key, value))`, `None` a removal.

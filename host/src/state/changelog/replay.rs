@@ -13,11 +13,12 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use crate::checkpoint::layout::{self, ChangelogRecord};
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
+use crate::chunk::{GroupLog, StateChanges};
 use crate::dataflow::{KeyGroups, TaskFailure};
 use crate::job::Job;
 use crate::metrics::progress::{self, Work};
+use crate::state::MAX_SEGMENT_SEQ;
 use crate::state::packed::{self, BaseEnd, Kind, PackedRecord};
-use crate::state::{GroupLog, MAX_SEGMENT_SEQ, StateChanges};
 
 /// Replayed entries written to the store per batch.
 const WRITE_BATCH: usize = 100_000;

@@ -21,12 +21,13 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::checkpoint::layout;
-use crate::checkpoint::store::{CheckpointStore, StateBase};
+use crate::checkpoint::store::CheckpointStore;
 use crate::dataflow::{KeyGroups, Shard, TaskFailure};
 use crate::job::{Delivery, Job};
 use crate::metrics::progress;
 use crate::sink::{Sink, SinkError};
 use crate::source;
+use crate::state::StateBase;
 
 mod replay;
 pub(crate) mod writer;

@@ -2,7 +2,9 @@
 //! known committed (the *base*), with the changelog offsets from which a replay brings
 //! it to the changelog's end. The changelog, written in each checkpoint's transaction,
 //! is the state's record; the store is its local cache, written once a checkpoint is
-//! committed and never on a checkpoint's path.
+//! committed and never on a checkpoint's path. The keyed half of `CheckpointStore`,
+//! kept with the changelog it caches; `checkpoint/store.rs` lends it the RocksDB
+//! handle, the framing and the key spaces, and knows nothing of what is in them.
 //!
 //! ```text
 //! 0x02 len(job):u8 job  stage:u32be group:u32be key  -> framed value   (the base)
@@ -20,24 +22,19 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::{WriteBatch, WriteOptions};
 
-use super::{Checkpoint, CheckpointStore, StoreError, frame_into, unframe};
-use crate::state::{GroupLog, RestoreChunks, StateChunk};
+use crate::checkpoint::store::{Checkpoint, CheckpointStore, StoreError, frame_into, unframe};
+use crate::chunk::{GroupLog, RestoreChunks, StateChunk};
 
 const STATE: u8 = 0x02;
-/// Per-checkpoint changes, as weir wrote them up to commit 36c9be7: deleted on recovery.
-const LEGACY_DELTA: u8 = 0x03;
 const BASE: u8 = 0x04;
 /// Present while the changelog is being written afresh from the base.
 const RESEED: u8 = 0x05;
-/// Per stage and key group, what the changelog holds of it (`state::GroupLog`).
+/// Per stage and key group, what the changelog holds of it (`chunk::GroupLog`).
 const LEDGER: u8 = 0x06;
-/// Bytes of `stage` and `group` in a state key.
-const STATE_HEAD: usize = 4 + 4;
 /// Bytes of one changelog position in the marker.
 const POSITION_BYTES: usize = 4 + 8;
 
@@ -114,15 +111,7 @@ impl CheckpointStore {
         self.put_base_into(&mut batch, n, positions);
         let what = || format!("folding the state changes of checkpoint {n} into the state");
         match durability {
-            FoldDurability::Unlogged => {
-                // Set before and after: a synced write meanwhile flushes, or sees it after.
-                self.unlogged.store(true, Ordering::Release);
-                let mut unlogged = WriteOptions::default();
-                unlogged.disable_wal(true);
-                self.db.write_opt(batch, &unlogged).map_err(|source| self.rocks(what(), source))?;
-                self.unlogged.store(true, Ordering::Release);
-                Ok(())
-            }
+            FoldDurability::Unlogged => self.write_unlogged(batch, what),
             FoldDurability::Synced => self.write_synced(batch, what),
         }
     }
@@ -344,11 +333,6 @@ impl CheckpointStore {
         self.write_synced(batch, || format!("marking the state as that of checkpoint {n}"))
     }
 
-    /// Deletes the per-checkpoint changes an older weir kept (part of `discard_after`).
-    pub(super) fn discard_legacy_deltas(&self, batch: &mut WriteBatch) {
-        batch.delete_range(self.space_key(LEGACY_DELTA), self.space_end(LEGACY_DELTA));
-    }
-
     fn put_state_into(&self, batch: &mut WriteBatch, buffers: &mut Buffers, stage: u32, group: u32, key: &[u8], value: Option<&[u8]>) {
         let Buffers { key: state_key, value: framed } = buffers;
         self.state_key_into(stage, group, key, state_key);
@@ -383,20 +367,6 @@ impl CheckpointStore {
         batch.put(&key, framed);
     }
 
-    /// `[space, len(job), job..]`: the start of a key space of this job.
-    fn space_key(&self, space: u8) -> Vec<u8> {
-        let mut key = self.prefix.clone();
-        key[0] = space;
-        key
-    }
-
-    /// Above every key of a space of this job.
-    fn space_end(&self, space: u8) -> Vec<u8> {
-        let mut key = self.space_key(space);
-        key.extend_from_slice(&[0xff; STATE_HEAD + 1]);
-        key
-    }
-
     fn state_key(&self, stage: u32, group: u32, key: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         self.state_key_into(stage, group, key, &mut out);
@@ -413,7 +383,7 @@ impl CheckpointStore {
     }
 
     fn state_corrupt(&self, n: u64, detail: String) -> StoreError {
-        StoreError::Corrupt { dir: self.dir.clone(), job: self.job.clone(), n, task: Some("keyed state".into()), detail }
+        StoreError::Corrupt { dir: self.dir().to_path_buf(), job: self.job().to_string(), n, task: Some("keyed state".into()), detail }
     }
 }
 
