@@ -169,7 +169,8 @@ fn lock_held_elsewhere(lock: &Path) -> bool {
 fn is_rocksdb_file(name: &std::ffi::OsStr) -> bool {
     let Some(name) = name.to_str() else { return false };
     let fixed = ["IDENTITY", "LOCK", "LOG"].contains(&name);
-    let prefixed = ["LOG.old.", "MANIFEST-", "OPTIONS-"].iter().any(|prefix| name.starts_with(prefix));
+    // And the table files the store writes for RocksDB to take in.
+    let prefixed = ["LOG.old.", "MANIFEST-", "OPTIONS-", super::store::INGEST_PREFIX].iter().any(|prefix| name.starts_with(prefix));
     let numbered = [".log", ".sst", ".blob", ".dbtmp"]
         .iter()
         .any(|suffix| name.strip_suffix(suffix).is_some_and(|stem| stem.parse::<u64>().is_ok()));

@@ -272,18 +272,9 @@ impl CheckpointStore {
             })?;
         }
 
-        let mut options = Options::default();
-        options.create_if_missing(true);
-        options.set_paranoid_checks(true);
-        // Built without compression libraries; say so rather than depend on RocksDB's default.
-        options.set_compression_type(DBCompressionType::None);
-        // RocksDB's own info logs and MANIFEST grow without limit by default.
-        options.set_keep_log_file_num(4);
-        options.set_max_log_file_size(16 << 20);
-        options.set_max_manifest_file_size(64 << 20);
-
+        remove_ingest_debris(dir);
         let identity = identity(dir);
-        let db = DB::open(&options, dir).map_err(|e| open_error(dir, e))?;
+        let db = DB::open(&rocks_options(), dir).map_err(|e| open_error(dir, e))?;
         let mut prefix = Vec::with_capacity(2 + job.len());
         prefix.push(CHECKPOINTS);
         prefix.push(u8::try_from(job.len()).expect("job name length checked above"));
@@ -651,8 +642,9 @@ impl CheckpointStore {
         self.db.write_opt(batch, &sync).map_err(|source| self.rocks(action(), source))
     }
 
-    /// Writes `batch` without RocksDB's log and without waiting for the disk: a crash
-    /// loses it until the memtable is flushed, which the next synced write does first.
+    /// Writes `batch` without RocksDB's write-ahead log: a crash may lose it, whole or in
+    /// part, and the next synced write flushes it first (`write_synced`), so that no
+    /// marker written after it outlives it.
     pub(crate) fn write_unlogged(&self, batch: WriteBatch, action: impl FnOnce() -> String) -> Result<(), StoreError> {
         // Set before and after: a synced write meanwhile flushes, or sees it after.
         self.unlogged.store(true, Ordering::Release);
@@ -687,6 +679,35 @@ impl CheckpointStore {
             dir: self.dir.clone(),
             action,
             source,
+        }
+    }
+}
+
+/// The store's RocksDB options, for opening it and for the table files it takes in.
+pub(crate) fn rocks_options() -> Options {
+    let mut options = Options::default();
+    options.create_if_missing(true);
+    options.set_paranoid_checks(true);
+    // Built without compression libraries; say so rather than depend on RocksDB's default.
+    options.set_compression_type(DBCompressionType::None);
+    // RocksDB's own info logs and MANIFEST grow without limit by default.
+    options.set_keep_log_file_num(4);
+    options.set_max_log_file_size(16 << 20);
+    options.set_max_manifest_file_size(64 << 20);
+    options
+}
+
+/// The names of table files written for the store to take in (`ingest_state`), in its
+/// directory; one a crash left behind is deleted when the store opens.
+pub(crate) const INGEST_PREFIX: &str = "ingest-";
+
+/// Table files a process wrote for the store to take in and died before it did: nothing
+/// refers to them.
+fn remove_ingest_debris(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if entry.file_name().to_str().is_some_and(|name| name.starts_with(INGEST_PREFIX)) {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }

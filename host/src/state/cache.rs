@@ -22,11 +22,12 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rocksdb::{WriteBatch, WriteOptions};
+use rocksdb::{IngestExternalFileOptions, SstFileWriter, WriteBatch};
 
-use crate::checkpoint::store::{Checkpoint, CheckpointStore, StoreError, frame_into, unframe};
+use crate::checkpoint::store::{Checkpoint, CheckpointStore, INGEST_PREFIX, StoreError, frame_into, rocks_options, unframe};
 use crate::chunk::{GroupLog, RestoreChunks, StateChunk};
 
 const STATE: u8 = 0x02;
@@ -37,6 +38,8 @@ const RESEED: u8 = 0x05;
 const LEDGER: u8 = 0x06;
 /// Bytes of one changelog position in the marker.
 const POSITION_BYTES: usize = 4 + 8;
+/// Numbers those files apart within the process.
+static INGESTS: AtomicU64 = AtomicU64::new(0);
 
 /// A state key and its framed value, reused from one entry to the next.
 #[derive(Default)]
@@ -259,7 +262,7 @@ impl CheckpointStore {
         for (stage, group, log) in logs {
             self.put_log_into(&mut batch, &mut buffers, stage, group, &log);
         }
-        self.db.write_opt(batch, &WriteOptions::default()).map_err(|source| self.rocks("writing the changelog ledger".into(), source))
+        self.write_unlogged(batch, || "writing the changelog ledger".into())
     }
 
     /// A replay read a complete base of `stage`'s `group` (`entries`, in key order): its
@@ -279,9 +282,7 @@ impl CheckpointStore {
         for (key, value) in entries {
             self.put_state_into(&mut batch, &mut buffers, stage, group, key, Some(value));
         }
-        self.db
-            .write_opt(batch, &WriteOptions::default())
-            .map_err(|source| self.rocks(format!("writing a base of key group {group} of stage {stage} read from the changelog"), source))
+        self.write_unlogged(batch, || format!("writing a base of key group {group} of stage {stage} read from the changelog"))
     }
 
     /// After a reseed wrote one record per key: every group of `stages` holds such
@@ -306,9 +307,41 @@ impl CheckpointStore {
         for (stage, group, key, state) in entries {
             self.put_state_into(&mut batch, &mut buffers, stage, group, key, state);
         }
-        self.db
-            .write_opt(batch, &WriteOptions::default())
-            .map_err(|source| self.rocks("writing state replayed from the changelog".into(), source))
+        self.write_unlogged(batch, || "writing state replayed from the changelog".into())
+    }
+
+    /// Writes replayed state of key groups the store holds nothing of: each `(stage,
+    /// group, key, value)`, in stage, group and key order, each key once. They go into
+    /// one table file that RocksDB takes in whole (`IngestExternalFile`): no memtable,
+    /// no log, and on disk when this returns. Returns the number of entries.
+    pub fn ingest_state<'a>(&self, entries: impl IntoIterator<Item = (u32, u32, &'a [u8], &'a [u8])>) -> Result<u64, StoreError> {
+        let what = || "writing state replayed from the changelog into a table file".to_owned();
+        let options = rocks_options();
+        let mut writer = SstFileWriter::create(&options);
+        let path = self.dir().join(format!("{INGEST_PREFIX}{}-{}.sst", std::process::id(), INGESTS.fetch_add(1, Ordering::Relaxed)));
+        writer.open(&path).map_err(|source| self.rocks(what(), source))?;
+        let mut buffers = Buffers::default();
+        let mut written = 0;
+        let result = entries.into_iter().try_for_each(|(stage, group, key, value)| {
+            let Buffers { key: state_key, value: framed } = &mut buffers;
+            self.state_key_into(stage, group, key, state_key);
+            frame_into(state_key, value, framed);
+            written += 1;
+            writer.put(state_key.as_slice(), framed.as_slice())
+        });
+        let result = result.and_then(|()| if written == 0 { Ok(()) } else { writer.finish() });
+        let result = result.and_then(|()| {
+            if written == 0 {
+                return Ok(());
+            }
+            let mut ingest = IngestExternalFileOptions::default();
+            ingest.set_move_files(true);
+            self.db.ingest_external_file_opts(&ingest, vec![&path])
+        });
+        drop(writer);
+        let _ = std::fs::remove_file(&path);
+        result.map_err(|source| self.rocks(what(), source))?;
+        Ok(written)
     }
 
     /// Ends a replay: stores `checkpoint` (replacing one of that number sealed here but

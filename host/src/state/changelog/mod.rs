@@ -29,10 +29,11 @@ use crate::sink::{Sink, SinkError};
 use crate::source;
 use crate::state::StateBase;
 
+mod emptied;
 mod replay;
 pub(crate) mod writer;
 
-use replay::read_into_store;
+use replay::{Emptiness, read_into_store};
 
 /// How long Kafka may take to answer a metadata or admin request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -247,7 +248,8 @@ pub(crate) fn rebuild_shard(
     let ends = wait_resolved(job, &topic, &owned, on_stuck)?;
     let start = |group| from.get(&group).map_or(Offset::Beginning, |&position| Offset::Offset(position));
     let starts: Vec<(i32, Offset)> = owned.iter().map(|&group| (group, start(group))).collect();
-    let read = read_into_store(job, store, key_groups, &topic, &starts)?;
+    // Each group read from its start was just dropped from the store.
+    let read = read_into_store(job, store, key_groups, &topic, (&starts, Emptiness::Emptied))?;
     let mut with_state = BTreeMap::new();
     for (&partition, &offset) in &read.firsts {
         with_state.entry(shard.partition_of(partition as u32)).or_insert((partition, offset));
@@ -572,7 +574,8 @@ fn replay(
     }
     let start = |partition| from.and_then(|from| from.get(&partition)).map_or(Offset::Beginning, |&offset| Offset::Offset(offset));
     let starts: Vec<(i32, Offset)> = (0..partitions as i32).map(|partition| (partition, start(partition))).collect();
-    let replay::Read { entries, checkpoint, positions, .. } = read_into_store(job, store, key_groups, topic, &starts)?;
+    let emptiness = if from.is_none() { Emptiness::Emptied } else { Emptiness::Held };
+    let replay::Read { entries, checkpoint, positions, .. } = read_into_store(job, store, key_groups, topic, (&starts, emptiness))?;
     let done = |what: &str| {
         tracing::info!(
             checkpoint = n, entries, duration_ms = started.elapsed().as_millis() as u64,

@@ -4,8 +4,10 @@
 //! read with every chunk before it, becomes its group's whole state. A base whose end
 //! or chunks are missing (the cleaner removed part of a replaced one) is not used. The
 //! store learns what the changelog holds of each group (`GroupLog`) from the same read.
+//! Groups read from their start into a store that holds nothing of them are merged in
+//! memory and taken in whole at the end (`emptied`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
@@ -19,6 +21,8 @@ use crate::job::Job;
 use crate::metrics::progress::{self, Work};
 use crate::state::MAX_SEGMENT_SEQ;
 use crate::state::packed::{self, BaseEnd, Kind, PackedRecord};
+
+use super::emptied::Emptied;
 
 /// Replayed entries written to the store per batch.
 const WRITE_BATCH: usize = 100_000;
@@ -39,19 +43,35 @@ pub(super) struct Read {
     pub(super) firsts: BTreeMap<i32, i64>,
 }
 
+/// Whether the store holds anything of the key groups a replay reads from their start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Emptiness {
+    /// Nothing: it was cleared, or their state dropped.
+    Emptied,
+    /// It may.
+    Held,
+}
+
 /// Reads each of `starts` (a partition, from where) to its end into the store, the
-/// partitions shared out over several threads.
-pub(super) fn read_into_store(job: &Job, store: &CheckpointStore, key_groups: KeyGroups, topic: &str, starts: &[(i32, Offset)]) -> Result<Read, TaskFailure> {
+/// partitions shared out over several threads, each a run of neighbouring ones (so that
+/// the table files of groups read into nothing do not overlap).
+pub(super) fn read_into_store(
+    job: &Job,
+    store: &CheckpointStore,
+    key_groups: KeyGroups,
+    topic: &str,
+    (starts, emptiness): (&[(i32, Offset)], Emptiness),
+) -> Result<Read, TaskFailure> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let readers = cores.min(MAX_READERS).min(starts.len()).max(1);
-    let shares: Vec<Vec<(i32, Offset)>> = (0..readers).map(|i| starts.iter().skip(i).step_by(readers).copied().collect()).collect();
+    let shares: Vec<Vec<(i32, Offset)>> = starts.chunks(starts.len().div_ceil(readers).max(1)).map(<[_]>::to_vec).collect();
     let running = progress::begin("restoring keyed state from the changelog", "offsets");
     let work = running.work();
     let ranges = &ranges(job, starts);
     let results: Vec<Result<Read, TaskFailure>> = std::thread::scope(|scope| {
         let handles: Vec<_> = shares
             .iter()
-            .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, (share, ranges), work)))
+            .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, (share, emptiness, ranges), work)))
             .collect();
         // A reader's panic is the caller's, as if it had read alone.
         handles.into_iter().map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
@@ -72,12 +92,16 @@ fn read_share(
     store: &CheckpointStore,
     key_groups: KeyGroups,
     topic: &str,
-    (share, ranges): (&[(i32, Offset)], &Ranges),
+    (share, emptiness, ranges): (&[(i32, Offset)], Emptiness, &Ranges),
     work: &Work,
 ) -> Result<Read, TaskFailure> {
     let positions = share.iter().filter_map(|&(partition, start)| start.to_raw().filter(|&at| at >= 0).map(|at| (partition, at))).collect();
+    let emptied = match emptiness {
+        Emptiness::Emptied => share.iter().filter(|(_, start)| *start == Offset::Beginning).map(|&(partition, _)| partition as u32).collect(),
+        Emptiness::Held => BTreeSet::new(),
+    };
     let consumer = super::reader_for(job, topic, share.iter().copied())?;
-    let mut replayed = Replayed::new(store, key_groups, &job.name, topic, positions);
+    let mut replayed = Replayed::new(store, key_groups, (&job.name, topic), positions, Emptied::new(emptied));
     let mut firsts = BTreeMap::new();
     let mut read_progress = ReadProgress::expect(share, ranges, work);
     super::read_to_end(&consumer, topic, share.len() as u32, |partition, offset, message| {
@@ -85,7 +109,7 @@ fn read_share(
         read_progress.read(partition, offset, message.payload_len() as u64, replayed.entries, work);
         replayed.add(partition, offset, message)
     })?;
-    replayed.flush()?;
+    replayed.finish()?;
     read_progress.finish(replayed.entries, work);
     Ok(Read { entries: replayed.entries, checkpoint: replayed.checkpoint, positions: replayed.positions, firsts })
 }
@@ -183,6 +207,8 @@ pub(super) struct Replayed<'a> {
     topic: &'a str,
     /// Replayed entries not yet written, by stage, in the order read.
     pending: BTreeMap<u32, StateChanges>,
+    /// The groups read into nothing, and what is held of them.
+    emptied: Emptied,
     pending_entries: usize,
     /// Per (stage, group), what the changelog holds of it, for those read.
     logs: BTreeMap<(u32, u32), GroupLog>,
@@ -195,13 +221,14 @@ pub(super) struct Replayed<'a> {
 
 impl<'a> Replayed<'a> {
     /// Nothing read yet; `positions`: where the read starts, per partition.
-    fn new(store: &'a CheckpointStore, key_groups: KeyGroups, job: &'a str, topic: &'a str, positions: BTreeMap<i32, i64>) -> Self {
+    fn new(store: &'a CheckpointStore, key_groups: KeyGroups, (job, topic): (&'a str, &'a str), positions: BTreeMap<i32, i64>, emptied: Emptied) -> Self {
         Replayed {
             store,
             key_groups,
             job,
             topic,
             pending: BTreeMap::new(),
+            emptied,
             pending_entries: 0,
             logs: BTreeMap::new(),
             bases: BTreeMap::new(),
@@ -315,11 +342,15 @@ impl<'a> Replayed<'a> {
         if entries.len() as u64 != end.entries {
             return Err(Replay::Foreign(format!("a base of {} entries whose end counts {}", entries.len(), end.entries)));
         }
-        self.flush().map_err(Replay::Failed)?;
         if !entries.is_sorted_by(|a, b| a.0 < b.0) {
             return Err(Replay::Foreign(format!("a base of key group {group} whose keys are not in order")));
         }
-        self.store.replace_group(stage, group, &entries).map_err(|e| Replay::Failed(e.into()))?;
+        if self.emptied.holds(group) {
+            self.emptied.replace(stage, group, &entries);
+        } else {
+            self.flush().map_err(Replay::Failed)?;
+            self.store.replace_group(stage, group, &entries).map_err(|e| Replay::Failed(e.into()))?;
+        }
         self.entries += entries.len() as u64;
         let slots = self.log(stage, group)?.slots;
         let v1_keys = version == packed::VERSION_1;
@@ -346,12 +377,26 @@ impl<'a> Replayed<'a> {
     }
 
     fn push(&mut self, stage: u32, group: u32, key: &[u8], state: Option<&[u8]>) -> Result<(), TaskFailure> {
-        self.pending.entry(stage).or_insert_with(|| StateChanges::new(stage)).push(group, key, state);
         self.entries += 1;
+        if self.emptied.holds(group) {
+            self.emptied.push(stage, group, key, state);
+            if self.emptied.full() {
+                self.emptied.write(self.store)?;
+            }
+            return Ok(());
+        }
+        self.pending.entry(stage).or_insert_with(|| StateChanges::new(stage)).push(group, key, state);
         self.pending_entries += 1;
         if self.pending_entries >= WRITE_BATCH {
             self.flush()?;
         }
+        Ok(())
+    }
+
+    /// Writes what is left: the pending entries, then the groups read into nothing.
+    fn finish(&mut self) -> Result<(), TaskFailure> {
+        self.flush()?;
+        self.emptied.write(self.store)?;
         Ok(())
     }
 
