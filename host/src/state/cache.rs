@@ -124,7 +124,12 @@ impl CheckpointStore {
     pub fn clear(&self) -> Result<(), StoreError> {
         self.discard_after(0)?;
         let mut batch = WriteBatch::default();
-        batch.delete_range(self.space_key(STATE), self.space_end(STATE));
+        let (start, end) = (self.space_key(STATE), self.space_end(STATE));
+        // A range deletion over nothing would still keep the table files a rebuild hands
+        // RocksDB (`ingest_state`) out of the bottom level, and costs their compaction.
+        if self.holds_any(&start, &end)? {
+            batch.delete_range(start, end);
+        }
         batch.delete_range(self.space_key(LEDGER), self.space_end(LEDGER));
         batch.delete(self.space_key(BASE));
         batch.delete(self.space_key(RESEED));
@@ -139,7 +144,11 @@ impl CheckpointStore {
         let mut batch = WriteBatch::default();
         for group in groups {
             for stage in 0..stages {
-                batch.delete_range(self.state_key(stage, group, b""), self.state_key(stage, group + 1, b""));
+                let (start, end) = (self.state_key(stage, group, b""), self.state_key(stage, group + 1, b""));
+                // As in `clear`: no range deletion over nothing.
+                if self.holds_any(&start, &end)? {
+                    batch.delete_range(start, end);
+                }
                 batch.delete(self.ledger_key(stage, group));
             }
         }
@@ -226,6 +235,15 @@ impl CheckpointStore {
             Ok(())
         })?;
         Ok(logs)
+    }
+
+    /// Whether any key lies in `start..end`.
+    fn holds_any(&self, start: &[u8], end: &[u8]) -> Result<bool, StoreError> {
+        let mut iter = self.db.raw_iterator();
+        iter.seek(start);
+        let found = iter.key().is_some_and(|key| key < end);
+        iter.status().map_err(|source| self.rocks("looking for keyed state".into(), source))?;
+        Ok(found)
     }
 
     /// Calls `f` with each key in `start..end` and its value unframed, in key order, as
