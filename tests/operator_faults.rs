@@ -131,6 +131,42 @@ fn an_endless_loop_is_stopped_by_the_deadline() {
 }
 
 #[test]
+fn a_call_that_grows_its_memory_earns_a_bounded_grace() {
+    // 16 MiB touched, then an endless loop: the deadline is put off by the grace
+    // for that growth (the kernel zeroes fresh pages inside the call), not forever.
+    let limits = tight_limits();
+    let mut op = instance("bad-loop", limits);
+    let started = Instant::now();
+    let err = op.process(&batch(&[(None, "grow 16", 1)])).unwrap_err();
+    let waited = started.elapsed();
+    let OperatorError::DeadlineExceeded { timeout, grace, .. } = &err else {
+        panic!("expected a deadline: {err:?}")
+    };
+    let per_mib = Duration::from_millis(32);
+    let most = per_mib * u32::try_from(limits.memory_bytes >> 20).unwrap();
+    assert!(
+        *grace >= per_mib * 16 && *grace <= most,
+        "16 MiB grown earns 16 × 32 ms, and never more than the memory limit allows: {grace:?}"
+    );
+    assert!(
+        waited >= *timeout + *grace - Duration::from_millis(50) && waited < PROMPT + most,
+        "stopped after {waited:?}, deadline {timeout:?} and grace {grace:?}"
+    );
+    assert!(
+        err.to_string().contains(&format!("(and {} ms more for the memory it grew)", grace.as_millis())),
+        "{err}"
+    );
+    // A call that grows nothing gets none: the next runaway stops at its deadline.
+    let started = Instant::now();
+    let err = op.process(&batch(&[(None, "x", 1)])).unwrap_err();
+    assert!(
+        matches!(err, OperatorError::DeadlineExceeded { grace, .. } if grace.is_zero()),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < PROMPT);
+}
+
+#[test]
 fn unbounded_memory_growth_hits_the_cap() {
     let limits = tight_limits();
     let mut op = instance("bad-memory", limits);

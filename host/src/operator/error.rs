@@ -187,17 +187,21 @@ pub enum OperatorError {
         guest_output: Option<String>,
     },
 
-    /// The call ran past its CPU deadline and was interrupted.
+    /// The call ran past its deadline, and the grace it earned by growing its
+    /// memory, and was interrupted.
     #[error(
-        "{id}: {call} did not return within its {} ms deadline and was interrupted; the \
+        "{id}: {call} did not return within its {} ms deadline{} and was interrupted; the \
          instance was reset to a fresh one with empty state; if the work is legitimate, raise the \
          call timeout or send smaller batches",
-        timeout.as_millis()
+        timeout.as_millis(),
+        grace_clause(*grace)
     )]
     DeadlineExceeded {
         id: OperatorId,
         call: Call,
         timeout: Duration,
+        /// What it was given beyond `timeout` for the memory it grew.
+        grace: Duration,
     },
 
     /// The guest's memory would have grown past the cap.
@@ -275,6 +279,14 @@ pub enum OperatorError {
     /// subtask does not own, state from an operator that may keep none.
     #[error("{id}: snapshot returned malformed state changes: {detail}")]
     InvalidState { id: OperatorId, detail: String },
+}
+
+/// " (and N ms more for the memory it grew)", or nothing without a grace.
+pub(super) fn grace_clause(grace: Duration) -> String {
+    match grace.is_zero() {
+        true => String::new(),
+        false => format!(" (and {} ms more for the memory it grew)", grace.as_millis()),
+    }
 }
 
 impl OperatorError {

@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use wasmtime::{Store, Trap};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::{Refused, WireEmitted, emitted_from_wire};
 use super::contract::World;
-use super::error::{Call, OperatorError, OperatorId};
+use super::error::{self, Call, OperatorError, OperatorId};
 use super::exports::Exports;
 use super::plugin::Plugin;
 use super::ports::{Emitted, Ports};
@@ -23,8 +23,9 @@ use crate::metrics::PluginLogMetrics;
 pub struct Limits {
     /// Total linear memory and table space of the instance.
     pub memory_bytes: usize,
-    /// CPU deadline of every call (and of instantiation plus `init`), enforced
-    /// with the runtime's epoch tick as granularity.
+    /// Deadline of every call (and of instantiation plus `init`), enforced with
+    /// the runtime's epoch tick as granularity, and put off by the grace a call
+    /// earns for the memory it grows (`sandbox::GRACE_PER_MIB`).
     pub call_timeout: Duration,
     /// Most records one call may return.
     pub max_output_records: usize,
@@ -116,7 +117,8 @@ enum Crash {
         trap: String,
         guest_output: Option<String>,
     },
-    Deadline,
+    /// `grace`: what the call was given beyond its deadline for growing memory.
+    Deadline { grace: Duration },
     Memory {
         requested_bytes: usize,
     },
@@ -383,10 +385,11 @@ impl OperatorInstance {
                 trap,
                 guest_output,
             },
-            Crash::Deadline => OperatorError::DeadlineExceeded {
+            Crash::Deadline { grace } => OperatorError::DeadlineExceeded {
                 id,
                 call,
                 timeout: self.limits.call_timeout,
+                grace,
             },
             Crash::Memory { requested_bytes } => OperatorError::MemoryLimitExceeded {
                 id,
@@ -449,6 +452,14 @@ fn instantiate(
     store.limiter(HostState::limiter);
     store.set_hostcall_fuel(limits.hostcall_bytes());
     store.set_epoch_deadline(runtime.deadline_ticks(limits.call_timeout));
+    let ticks = runtime.clone();
+    store.epoch_deadline_callback(move |mut store| {
+        let grace = store.data_mut().claim_grace();
+        Ok(match grace.is_zero() {
+            true => UpdateDeadline::Interrupt,
+            false => UpdateDeadline::Continue(ticks.deadline_ticks(grace)),
+        })
+    });
     let instantiated = plugin
         .pre()
         .instance_pre()
@@ -476,7 +487,9 @@ fn diagnose(err: &wasmtime::Error, state: &HostState) -> Crash {
     }
     let trap = if let Some(trap) = err.downcast_ref::<Trap>() {
         if *trap == Trap::Interrupt {
-            return Crash::Deadline;
+            return Crash::Deadline {
+                grace: state.grace(),
+            };
         }
         trap.to_string()
     } else if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
@@ -501,9 +514,10 @@ fn describe(crash: Crash, limits: Limits) -> String {
             trap,
             guest_output: None,
         } => format!("it trapped: {trap}"),
-        Crash::Deadline => format!(
-            "it did not finish within the {} ms call timeout",
-            limits.call_timeout.as_millis()
+        Crash::Deadline { grace } => format!(
+            "it did not finish within the {} ms call timeout{}",
+            limits.call_timeout.as_millis(),
+            error::grace_clause(grace)
         ),
         Crash::Memory { requested_bytes } => format!(
             "it needs {requested_bytes} bytes of memory and tables, over the limit of {} bytes; raise the memory limit",

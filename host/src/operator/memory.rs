@@ -24,6 +24,8 @@ pub(super) struct MemoryCap {
     in_use: usize,
     memory: usize,
     denied: Option<usize>,
+    /// Linear memory granted since [`MemoryCap::begin_call`].
+    grown: usize,
 }
 
 impl MemoryCap {
@@ -33,6 +35,7 @@ impl MemoryCap {
             in_use: 0,
             memory: 0,
             denied: None,
+            grown: 0,
         }
     }
 
@@ -53,13 +56,20 @@ impl MemoryCap {
         true
     }
 
-    /// The total a growth was refused at since [`MemoryCap::forget_denial`], if any.
+    /// The total a growth was refused at since [`MemoryCap::begin_call`], if any.
     pub(super) fn denied(&self) -> Option<usize> {
         self.denied
     }
 
-    pub(super) fn forget_denial(&mut self) {
+    /// Bytes of linear memory granted since [`MemoryCap::begin_call`].
+    pub(super) fn grown(&self) -> usize {
+        self.grown
+    }
+
+    /// Forgets the previous call's refusal and growth.
+    pub(super) fn begin_call(&mut self) {
         self.denied = None;
+        self.grown = 0;
     }
 }
 
@@ -74,6 +84,7 @@ impl ResourceLimiter for MemoryCap {
         let granted = self.grow(current, desired);
         if granted {
             self.memory = self.memory - current.min(self.memory) + desired;
+            self.grown = self.grown.saturating_add(desired.saturating_sub(current));
         }
         Ok(granted)
     }
@@ -118,8 +129,11 @@ mod tests {
         assert_eq!(cap.denied(), Some(110));
         assert!(cap.memory_growing(60, 70, None).unwrap());
         assert_eq!(cap.memory_in_use(), 100);
-        cap.forget_denial();
-        assert_eq!(cap.denied(), None);
+        assert_eq!(cap.grown(), 100, "what was granted, not what was refused");
+        cap.begin_call();
+        assert_eq!((cap.denied(), cap.grown()), (None, 0));
+        assert!(cap.memory_growing(70, 60, None).unwrap());
+        assert_eq!(cap.grown(), 0, "a shrink earns nothing");
     }
 
     #[test]
@@ -132,5 +146,6 @@ mod tests {
         assert_eq!(cap.denied(), Some((1 << 20) + TABLE_ELEMENT_BYTES));
         assert!(!cap.table_growing(1 << 15, usize::MAX, None).unwrap());
         assert_eq!(cap.memory_in_use(), 512 << 10, "tables are not linear memory");
+        assert_eq!(cap.grown(), 512 << 10, "nor is their growth");
     }
 }
