@@ -247,6 +247,13 @@ fn poison_records_go_to_the_dead_letter_topic_and_the_rest_is_exact() {
     let mut tail = Tail::new(&job.output, PARTITIONS);
     assert!(tail.until(good.len(), Duration::from_secs(120)), "{}", job::read_log(&log));
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+    // Each restart names its cause (the trap), never only the channels it closed.
+    let text = job::read_log(&log);
+    let restarts: Vec<&str> = text.lines().filter(|line| line.contains("attempt failed")).collect();
+    assert!(!restarts.is_empty(), "the poison records must have failed attempts:\n{text}");
+    for line in restarts {
+        assert!(line.contains("trapped"), "a restart that does not name the trap:\n{line}\n{text}");
+    }
 
     let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
     let mut actual: Vec<(Vec<u8>, Vec<u8>)> = committed.into_iter().map(|(_, k, v)| (k.unwrap(), v)).collect();

@@ -95,6 +95,12 @@ pub(super) enum Outcome {
 }
 
 impl Coordinator<'_> {
+    /// Ends the coordinator, dropping its channel ends (the tasks then end too),
+    /// but for the events the tasks still send.
+    pub(super) fn into_events(self) -> Receiver<Event> {
+        self.events
+    }
+
     pub(super) fn run(&mut self) -> Result<Outcome, TaskFailure> {
         if let Some(resumed) = self.next.checked_sub(1).filter(|&n| n > 0) {
             self.metrics.resumed(resumed);

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Duration;
 
@@ -135,11 +135,14 @@ pub(super) fn execute(
             let _ = source.try_send(Control::Stop);
         }
         drop(control);
-        drop(coordinator);
+        let root = first_failure(&coordinator.into_events());
         for handle in handles {
             let _ = handle.join();
         }
-        outcome
+        match outcome {
+            Err(TaskFailure::Stopped) if !abandon.is_some_and(|a| a.load(Ordering::Relaxed)) => Err(root.unwrap_or(TaskFailure::Stopped)),
+            outcome => outcome,
+        }
     });
     // After a final commit the open transaction holds nothing. A scaled-out process that
     // failed aborts what it holds too: the next owner of its partitions waits for it.
@@ -346,6 +349,21 @@ fn wire(job: &job::Job, key_groups: KeyGroups) -> Wiring {
         wiring.outputs.insert(port, upstream);
     }
     wiring
+}
+
+/// The first failure a task reports while the attempt's tasks end, waiting until
+/// every task has ended. A failing task's channels close before its failure
+/// arrives, so the coordinator may see only the closed channel ("stopped"): this
+/// is the cause, which the log names and the restart acts on (its suspects).
+fn first_failure(events: &Receiver<Event>) -> Option<TaskFailure> {
+    let mut first = None;
+    // Every task holds a sender: the channel disconnects once all have ended.
+    while let Ok(event) = events.recv() {
+        if let (None, Event::Failed(failure)) = (&first, event) {
+            first = Some(failure);
+        }
+    }
+    first
 }
 
 /// Runs a task on its own named thread. Whatever ends it, an error or a panic, reaches
