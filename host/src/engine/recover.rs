@@ -70,13 +70,13 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     // never reached its Kafka commit; the attempt reuses those ids, so it must go. The
     // keyed state becomes that of the committed checkpoint: the state_dir's, caught up
     // from the changelog's tail, else rebuilt from the whole changelog.
-    let (snapshot, positions, local) = match resume.checkpoint {
+    let (snapshot, positions, local, looked) = match resume.checkpoint {
         Some(n) if job.keeps_state() => {
-            let Loaded { snapshot, positions, local } = load(job, store, n, &resume.offsets)?;
-            (Some(snapshot), Some(positions), local)
+            let Loaded { snapshot, positions, local, looked } = load(job, store, n, &resume.offsets)?;
+            (Some(snapshot), Some(positions), local, looked)
         }
-        Some(n) => (Some(load_stateless(job, store, n, &partitions, &resume)?), Some(BTreeMap::new()), None),
-        None => (None, None, None),
+        Some(n) => (Some(load_stateless(job, store, n, &partitions, &resume)?), Some(BTreeMap::new()), None, None),
+        None => (None, None, None, None),
     };
     let committed = resume.checkpoint.unwrap_or(0);
     step("brought the keyed state to the committed checkpoint");
@@ -84,7 +84,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
 
     let key_groups = key_groups(job, first_source_partitions(&inputs, &partitions), snapshot.as_ref())?;
     let prepared = match job.keeps_state() {
-        true => changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref())?,
+        true => changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref(), looked)?,
         false => changelog::Prepared::Ready,
     };
     step("looked at the changelog topic");
@@ -522,6 +522,8 @@ struct Loaded {
     /// The stored state, when recovery took it as it was, without reading the changelog
     /// (which may then have lost it: `changelog::prepare` checks).
     local: Option<changelog::Local>,
+    /// The changelog topic as reading it found it.
+    looked: Option<changelog::Looked>,
 }
 
 /// Checkpoint `n` with the keyed state brought to it. The state_dir's state is that of
@@ -547,7 +549,7 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
             Ok(snapshot) => {
                 let positions = base.positions.clone().unwrap_or_default();
                 let local = changelog::Local { base, reseeding: store.reseeding()? };
-                return Ok(Loaded { snapshot, positions, local: Some(local) });
+                return Ok(Loaded { snapshot, positions, local: Some(local), looked: None });
             }
         }
     }
@@ -565,12 +567,12 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
             )),
             other => other,
         })?;
-        changelog::catch_up(job, store, n, &base)?;
-        return Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None });
+        let looked = changelog::catch_up(job, store, n, &base)?;
+        return Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None, looked: Some(looked) });
     }
-    changelog::catch_up(job, store, n, &base)?;
+    let looked = changelog::catch_up(job, store, n, &base)?;
     let snapshot = checkpoint_here(job, store, n, committed)?;
-    Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None })
+    Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None, looked: Some(looked) })
 }
 
 /// Checkpoint `n` of a job that keeps no state, which has no changelog to rebuild

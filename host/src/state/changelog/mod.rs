@@ -111,13 +111,23 @@ pub(crate) enum Prepared {
 /// that of `checkpoint` (an exactly-once job's recovery read it from there, not from
 /// the changelog): a changelog that lost it (deleted, or recreated empty) is to be
 /// reseeded from it rather than refused.
-pub(crate) fn prepare(job: &Job, key_groups: KeyGroups, checkpoint: Option<u64>, local: Option<&Local>) -> Result<Prepared, TaskFailure> {
+pub(crate) fn prepare(
+    job: &Job,
+    key_groups: KeyGroups,
+    checkpoint: Option<u64>,
+    local: Option<&Local>,
+    looked: Option<Looked>,
+) -> Result<Prepared, TaskFailure> {
     let topic = topic(job);
     // A new client's first answer waits for its connection, about 100 ms: the client
     // that reads where the topic ends connects while the topic is looked at, and its
-    // settings are read while its partitions are counted.
+    // settings are read while its partitions are counted; after a `catch_up`, which
+    // looked at the topic a moment ago, no client at all.
     let ends = local.map(|_| Ends::new(job)).transpose()?;
-    let (partitions, policy) = alongside(|| partition_count(job, &topic), || topic_config(job, &topic, "cleanup.policy"));
+    let (partitions, policy) = match looked {
+        Some(Looked { partitions, policy }) => (Ok(Some(partitions)), Ok(policy)),
+        None => alongside(|| partition_count(job, &topic), || topic_config(job, &topic, "cleanup.policy")),
+    };
     match (partitions?, checkpoint) {
         (None, None) => create(job, &topic, key_groups).map(|()| Prepared::Ready),
         (None, Some(_)) if local.is_some() => {
@@ -446,11 +456,12 @@ fn refuse_earlier_state(job: &Job, topic: &str, key_groups: KeyGroups) -> Result
 /// way the store then holds checkpoint `n` as the changelog's last checkpoint record
 /// gives it. Positions the topic no longer has are an error: it was recreated or
 /// truncated, and what it lost cannot be rebuilt from it.
-pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateBase) -> Result<(), TaskFailure> {
+pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateBase) -> Result<Looked, TaskFailure> {
     let topic = topic(job);
     // As in `prepare`: three clients connect side by side, not one after the other.
     let ends = Ends::stable(job)?;
-    let (partitions, retention) = alongside(|| partition_count(job, &topic), || topic_config(job, &topic, "delete.retention.ms"));
+    let (partitions, configs) = alongside(|| partition_count(job, &topic), || topic_configs(job, &topic, ["delete.retention.ms", "cleanup.policy"]));
+    let [retention, policy] = configs?;
     let Some(partitions) = partitions? else {
         return Err(TaskFailure::Incompatible(format!(
             "the state_dir {} holds the state of checkpoint {}, not of checkpoint {n} that Kafka's committed offsets \
@@ -461,13 +472,14 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
             job.name
         )));
     };
-    let tail = tail_start(job, (&topic, partitions), base, || retention, &ends)?;
+    let looked = Looked { partitions, policy };
+    let tail = tail_start(job, (&topic, partitions), base, || Ok(retention), &ends)?;
     if job.producer.delivery == Delivery::AtLeastOnce {
         // Written outside transactions, the changelog may hold changes of the checkpoint
         // after `n`, and its last checkpoint record with them: the store keeps `n`'s
         // entry, and the state may run ahead of it, as at-least-once allows.
         return match tail {
-            Tail::From(from) => replay(job, store, n, &topic, partitions, Some(&from)),
+            Tail::From(from) => replay(job, store, n, &topic, partitions, Some(&from)).map(|()| looked),
             Tail::Whole(why) => Err(TaskFailure::Incompatible(format!(
                 "the state in the state_dir {} is that of checkpoint {}, not {n}, and {why}; an at-least-once job \
                  cannot rebuild from its whole changelog, which it writes outside transactions: restore the \
@@ -483,11 +495,18 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
             Err(TaskFailure::Incompatible(why)) => {
                 tracing::warn!(checkpoint = n, from = base.n, "the changelog's tail cannot give checkpoint {n} ({why}); rebuilding from the whole topic");
             }
-            other => return other,
+            other => return other.map(|()| looked),
         },
         Tail::Whole(why) => tracing::info!(checkpoint = n, from = base.n, "rebuilding keyed state from the whole changelog: {why}"),
     }
-    replay(job, store, n, &topic, partitions, None)
+    replay(job, store, n, &topic, partitions, None).map(|()| looked)
+}
+
+/// What `catch_up` saw of the changelog topic, which `prepare` need not ask again.
+pub(crate) struct Looked {
+    partitions: u32,
+    /// Its `cleanup.policy`.
+    policy: String,
 }
 
 /// An at-least-once job recovering checkpoint `n` whose state the store holds, at
@@ -720,8 +739,9 @@ fn partition_count(job: &Job, topic: &str) -> Result<Option<u32>, TaskFailure> {
     })
 }
 
-/// The changelog's setting `key`, as the broker describes it (empty if it has none).
-fn topic_config(job: &Job, topic: &str, key: &str) -> Result<String, TaskFailure> {
+/// The changelog's settings `keys`, as the broker describes them (empty for one it has
+/// not), from one request.
+fn topic_configs<const N: usize>(job: &Job, topic: &str, keys: [&str; N]) -> Result<[String; N], TaskFailure> {
     let kafka = |e: String| TaskFailure::Kafka(format!("describing the changelog topic `{topic}` on {}: {e}", job.producer.brokers));
     let admin = admin(job)?;
     let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
@@ -729,7 +749,12 @@ fn topic_config(job: &Job, topic: &str, key: &str) -> Result<String, TaskFailure
         .block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
         .map_err(|e| kafka(e.to_string()))?;
     let resource = results.into_iter().next().ok_or_else(|| kafka("no answer".into()))?.map_err(|code| kafka(code.to_string()))?;
-    Ok(resource.get(key).and_then(|entry| entry.value.clone()).unwrap_or_default())
+    Ok(keys.map(|key| resource.get(key).and_then(|entry| entry.value.clone()).unwrap_or_default()))
+}
+
+/// The changelog's setting `key`, as the broker describes it (empty if it has none).
+fn topic_config(job: &Job, topic: &str, key: &str) -> Result<String, TaskFailure> {
+    topic_configs(job, topic, [key]).map(|[value]| value)
 }
 
 fn admin(job: &Job) -> Result<AdminClient<DefaultClientContext>, TaskFailure> {
