@@ -131,37 +131,42 @@ fn an_endless_loop_is_stopped_by_the_deadline() {
 }
 
 #[test]
-fn a_call_that_grows_its_memory_earns_a_bounded_grace() {
+fn a_call_earns_a_grace_bounded_by_the_memory_it_holds_and_grows() {
     // 16 MiB touched, then an endless loop: the deadline is put off by the grace
-    // for that growth (the kernel zeroes fresh pages inside the call), not forever.
+    // for that growth (the kernel zeroes fresh pages inside the call) and for what
+    // the guest held, not forever.
     let limits = tight_limits();
+    let (per_mib_grown, per_mib_held) = (Duration::from_millis(32), Duration::from_millis(8));
+    let most = (per_mib_grown + per_mib_held) * u32::try_from(limits.memory_bytes >> 20).unwrap();
     let mut op = instance("bad-loop", limits);
+    let held = u32::try_from(op.memory_in_use() >> 20).unwrap();
     let started = Instant::now();
     let err = op.process(&batch(&[(None, "grow 16", 1)])).unwrap_err();
     let waited = started.elapsed();
     let OperatorError::DeadlineExceeded { timeout, grace, .. } = &err else {
         panic!("expected a deadline: {err:?}")
     };
-    let per_mib = Duration::from_millis(32);
-    let most = per_mib * u32::try_from(limits.memory_bytes >> 20).unwrap();
     assert!(
-        *grace >= per_mib * 16 && *grace <= most,
-        "16 MiB grown earns 16 × 32 ms, and never more than the memory limit allows: {grace:?}"
+        *grace >= per_mib_grown * 16 + per_mib_held * held && *grace <= most,
+        "16 MiB grown and {held} MiB held earn at least {:?}, and never more than the memory limit allows: {grace:?}",
+        per_mib_grown * 16 + per_mib_held * held
     );
     assert!(
         waited >= *timeout + *grace - Duration::from_millis(50) && waited < PROMPT + most,
         "stopped after {waited:?}, deadline {timeout:?} and grace {grace:?}"
     );
     assert!(
-        err.to_string().contains(&format!("(and {} ms more for the memory it grew)", grace.as_millis())),
+        err.to_string().contains(&format!("(and {} ms more for the memory it held and grew)", grace.as_millis())),
         "{err}"
     );
-    // A call that grows nothing gets none: the next runaway stops at its deadline.
+    // A call that grows nothing earns only what its fresh instance holds: the next
+    // runaway stops near its deadline.
+    let held = u32::try_from(op.memory_in_use() >> 20).unwrap();
     let started = Instant::now();
     let err = op.process(&batch(&[(None, "x", 1)])).unwrap_err();
     assert!(
-        matches!(err, OperatorError::DeadlineExceeded { grace, .. } if grace.is_zero()),
-        "{err:?}"
+        matches!(err, OperatorError::DeadlineExceeded { grace, .. } if grace <= per_mib_held * (held + 1)),
+        "{held} MiB held: {err:?}"
     );
     assert!(started.elapsed() < PROMPT);
 }

@@ -42,7 +42,7 @@
 //! key_by = true                   # route records to subtasks by key (default false)
 //! memory_limit_mb = 64            # the plugin's linear memory cap, 1..=4096
 //! call_timeout_ms = 1000          # the deadline of one call into the plugin, 1..=600000
-//!                                 # (plus 32 ms per MiB of memory the call grows)
+//!                                 # (plus 8 ms per MiB held and 32 per MiB grown)
 //! max_output_records = 1000000    # records one call may return, 1..=100000000
 //! max_output_mb = 64              # MiB of keys, values and headers one call may return, counted
 //!                                 # per record, 1..=4095; default: memory_limit_mb

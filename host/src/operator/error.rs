@@ -187,8 +187,8 @@ pub enum OperatorError {
         guest_output: Option<String>,
     },
 
-    /// The call ran past its deadline, and the grace it earned by growing its
-    /// memory, and was interrupted.
+    /// The call ran past its deadline, and the grace it earned by the memory it
+    /// held and grew, and was interrupted.
     #[error(
         "{id}: {call} did not return within its {} ms deadline{} and was interrupted; the \
          instance was reset to a fresh one with empty state; if the work is legitimate, raise the \
@@ -200,7 +200,7 @@ pub enum OperatorError {
         id: OperatorId,
         call: Call,
         timeout: Duration,
-        /// What it was given beyond `timeout` for the memory it grew.
+        /// What it was given beyond `timeout` for the memory it held and grew.
         grace: Duration,
     },
 
@@ -281,11 +281,11 @@ pub enum OperatorError {
     InvalidState { id: OperatorId, detail: String },
 }
 
-/// " (and N ms more for the memory it grew)", or nothing without a grace.
+/// " (and N ms more for the memory it held and grew)", or nothing without a grace.
 pub(super) fn grace_clause(grace: Duration) -> String {
     match grace.is_zero() {
         true => String::new(),
-        false => format!(" (and {} ms more for the memory it grew)", grace.as_millis()),
+        false => format!(" (and {} ms more for the memory it held and grew)", grace.as_millis()),
     }
 }
 

@@ -25,7 +25,8 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Deadline of every call (and of instantiation plus `init`), enforced with
     /// the runtime's epoch tick as granularity, and put off by the grace a call
-    /// earns for the memory it grows (`sandbox::GRACE_PER_MIB`).
+    /// earns for the memory it holds and grows (`sandbox::GRACE_PER_MIB_HELD`,
+    /// `sandbox::GRACE_PER_MIB_GROWN`).
     pub call_timeout: Duration,
     /// Most records one call may return.
     pub max_output_records: usize,
