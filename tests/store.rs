@@ -285,6 +285,24 @@ fn second_open_in_the_same_process_is_locked() {
 }
 
 #[test]
+fn a_table_file_a_crash_left_behind_is_deleted_at_open_but_never_the_holders() {
+    let tmp = temp_dir();
+    let first = open(tmp.path());
+    // What a rebuild writes before RocksDB takes it in (`ingest-<pid>-<n>.sst`).
+    let in_flight = tmp.path().join("ingest-4242-0.sst");
+    std::fs::write(&in_flight, b"a table file being written").unwrap();
+    let error = CheckpointStore::open(tmp.path(), JOB).expect_err("the store is already open");
+    assert!(matches!(error, StoreError::Locked { .. }), "{error:?}");
+    assert!(in_flight.exists(), "a refused open deleted the holder's table file");
+    // The holder dies mid-ingest: the next open finds its file, which nothing refers to.
+    drop(first);
+    let reopened = open(tmp.path());
+    assert!(!in_flight.exists(), "the table file a crash left behind is still there");
+    write_three(&reopened, 1);
+    assert_three(&reopened, 1);
+}
+
+#[test]
 fn open_while_another_process_holds_the_store_is_locked() {
     let tmp = temp_dir();
     let mut child = spawn_child(&format!("hold:{}", tmp.path().display()), Stdio::piped());

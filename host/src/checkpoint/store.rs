@@ -272,9 +272,11 @@ impl CheckpointStore {
             })?;
         }
 
-        remove_ingest_debris(dir);
         let identity = identity(dir);
         let db = DB::open(&rocks_options(), dir).map_err(|e| open_error(dir, e))?;
+        // Only now that this process holds the directory's lock: before it, the table
+        // file being ingested could be the live holder's.
+        remove_ingest_debris(dir);
         let mut prefix = Vec::with_capacity(2 + job.len());
         prefix.push(CHECKPOINTS);
         prefix.push(u8::try_from(job.len()).expect("job name length checked above"));
