@@ -103,18 +103,28 @@ impl GroupMerge {
     }
 
     /// Keeps each key's last entry, in key order, and drops removals: the store holds
-    /// nothing of the group for them to remove.
+    /// nothing of the group for them to remove. What the last merge left is in key
+    /// order already: only the entries pushed since are sorted, then the two runs are
+    /// merged in one pass.
     fn merge(&mut self) {
         let entries: Vec<(&[u8], Option<&[u8]>)> = self.chunk.iter().collect();
-        let mut order: Vec<u32> = (0..entries.len() as u32).collect();
-        order.sort_unstable_by(|&a, &b| entries[a as usize].0.cmp(entries[b as usize].0).then(a.cmp(&b)));
+        let (held, pushed) = entries.split_at(self.merged);
+        let mut order: Vec<u32> = (0..pushed.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| pushed[a as usize].0.cmp(pushed[b as usize].0).then(a.cmp(&b)));
+        let latest = order.chunk_by(|&a, &b| pushed[a as usize].0 == pushed[b as usize].0).map(|run| pushed[*run.last().expect("a run holds an entry") as usize]);
         let mut merged = StateChunk::default();
-        for run in order.chunk_by(|&a, &b| entries[a as usize].0 == entries[b as usize].0) {
-            let last = *run.last().expect("a run holds an entry");
-            if let (key, Some(value)) = entries[last as usize] {
-                merged.push(key, Some(value));
+        let mut held = held.iter().copied().peekable();
+        for (key, value) in latest {
+            while let Some(&(before, kept)) = held.peek().filter(|(before, _)| *before < key) {
+                merged.push(before, kept);
+                held.next();
+            }
+            held.next_if(|(same, _)| *same == key);
+            if value.is_some() {
+                merged.push(key, value);
             }
         }
+        held.for_each(|(key, value)| merged.push(key, value));
         self.merged = merged.len();
         self.chunk = merged;
     }
@@ -159,6 +169,37 @@ mod tests {
         merge.merge();
         assert_eq!(merge.chunk.len(), 3000);
         assert!(merge.chunk.iter().all(|(_, value)| value == Some(&4u32.to_le_bytes()[..])));
+    }
+
+    #[test]
+    fn merges_in_runs_give_what_one_map_of_last_values_gives() {
+        // Keys from a small space, so that later pushes update, remove and bring back
+        // what earlier merges left; merged at uneven points.
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut merge, mut expected) = (GroupMerge::default(), BTreeMap::new());
+        for step in 0..20_000u32 {
+            let r = next();
+            let key = format!("k{}", r % 700).into_bytes();
+            let value = (r % 5 != 0).then(|| step.to_le_bytes().to_vec());
+            merge.push(&key, value.as_deref());
+            match value {
+                Some(value) => expected.insert(key, value),
+                None => expected.remove(&key),
+            };
+            if r % 997 == 0 {
+                merge.merge();
+            }
+        }
+        merge.merge();
+        let expected: Vec<(Vec<u8>, Option<Vec<u8>>)> = expected.into_iter().map(|(k, v)| (k, Some(v))).collect();
+        assert_eq!(held(&merge), expected);
+        assert_eq!(merge.merged, expected.len());
     }
 
     fn stored(store: &CheckpointStore, group: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
