@@ -461,7 +461,7 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
     // As in `prepare`: three clients connect side by side, not one after the other.
     let ends = Ends::stable(job)?;
     let (partitions, configs) = alongside(|| partition_count(job, &topic), || topic_configs(job, &topic, ["delete.retention.ms", "cleanup.policy"]));
-    let [retention, policy] = configs?;
+    // A topic that is gone says so first: describing it fails too, less clearly.
     let Some(partitions) = partitions? else {
         return Err(TaskFailure::Incompatible(format!(
             "the state_dir {} holds the state of checkpoint {}, not of checkpoint {n} that Kafka's committed offsets \
@@ -472,6 +472,7 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
             job.name
         )));
     };
+    let [retention, policy] = configs?;
     let looked = Looked { partitions, policy };
     let tail = tail_start(job, (&topic, partitions), base, || Ok(retention), &ends)?;
     if job.producer.delivery == Delivery::AtLeastOnce {
