@@ -118,7 +118,7 @@ enum Crash {
         trap: String,
         guest_output: Option<String>,
     },
-    /// `grace`: what the call was given beyond its deadline for growing memory.
+    /// `grace`: what the call was given beyond its deadline for the memory it held and grew.
     Deadline { grace: Duration },
     Memory {
         requested_bytes: usize,
