@@ -25,7 +25,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use support::clicks::{self, Clicks, Input};
-use support::job::{self, JobDir, KEY_GROUPS};
+use support::job::{self, JobDir};
 use support::{Isolation, Tail};
 
 const JOB: &str = "fixture-per-key";
@@ -34,6 +34,9 @@ const OUTPUT: &str = "fixture-per-key-output";
 const PARTITIONS: i32 = 4;
 const WINDOW_MS: u64 = 5_000;
 const SEED: u64 = 24;
+/// The fixtures' key groups, and so their changelogs' partitions: one group each, as
+/// weir placed them before changelogs of a few partitions.
+const KEY_GROUPS: u32 = 8;
 const KEYS: u64 = 400;
 /// Records counted before the fixture was taken, and after.
 const FIRST: usize = 6_000;
@@ -121,6 +124,7 @@ fn fixture_job() -> JobDir {
         output: OUTPUT.into(),
     };
     job.window_count(2, 200, WINDOW_MS, "");
+    job.set_key_groups(KEY_GROUPS);
     job
 }
 

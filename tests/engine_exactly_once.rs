@@ -192,6 +192,8 @@ fn port_survives_sigkill(plugin: &str) {
     stop_and_compare(&job, &mut child, &input, &log);
     let text = job::read_log(&log);
     assert!(text.contains("rebuilding keyed state from the whole changelog"), "no rebuild without the state_dir:\n{text}");
+    let changelog = format!("{}-changelog", job.name);
+    assert_eq!(support::partition_count(&changelog), job::CHANGELOG_PARTITIONS as usize, "several key groups in each partition");
     let restored = text.lines().find(|line| line.contains("restored keyed state")).expect("restored");
     assert!(!restored.contains("entries=0"), "the first restore found no state: {restored}");
     eprintln!("{plugin}: {restored}");

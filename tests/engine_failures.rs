@@ -500,8 +500,9 @@ fn start_on_a_changelog_made_beforehand(prefix: &str, partitions: i32) -> String
 
 #[test]
 fn a_changelog_with_the_wrong_partition_count_is_refused() {
-    let text = start_on_a_changelog_made_beforehand("changelog-partitions", 3);
-    let expected = format!("has 3 partitions but the job has {} key groups", job::KEY_GROUPS);
+    let partitions = job::KEY_GROUPS + 1;
+    let text = start_on_a_changelog_made_beforehand("changelog-partitions", partitions as i32);
+    let expected = format!("has {partitions} partitions but the job has {} key groups", job::KEY_GROUPS);
     assert!(text.contains(&expected), "unclear error:\n{text}");
 }
 
@@ -630,11 +631,12 @@ fn a_changelog_the_broker_has_compacted_rebuilds_the_same_state() {
         ("min.compaction.lag.ms", "0"),
         ("delete.retention.ms", "0"),
     ];
-    support::create_topic_with(&changelog, job::KEY_GROUPS as i32, &compaction);
+    support::create_topic_with(&changelog, job::CHANGELOG_PARTITIONS as i32, &compaction);
     job.window_count(2, 100, 60_000, "");
-    // Few keys, many updates each: most changelog records are overwritten ones. No flush
-    // yet: the windows stay open, so the state must survive the state_dir's loss.
-    let mut clicks = Clicks::new(11, PARTITIONS, 20);
+    // Few keys, many updates each: most changelog records are overwritten ones (a few keys
+    // in each key group, whose segments hold them). No flush yet: the windows stay open,
+    // so the state must survive the state_dir's loss.
+    let mut clicks = Clicks::new(11, PARTITIONS, 200);
     let mut input = Vec::new();
     let first = log_of(&job, "first.log");
     let mut child = job::start(&job.path(), &first, &[]);
@@ -657,7 +659,7 @@ fn a_changelog_the_broker_has_compacted_rebuilds_the_same_state() {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut kept = usize::MAX;
     while Instant::now() < deadline {
-        kept = support::read_to_end(&changelog, job::KEY_GROUPS as i32, Isolation::ReadCommitted).len();
+        kept = support::read_to_end(&changelog, job::CHANGELOG_PARTITIONS as i32, Isolation::ReadCommitted).len();
         if kept * 2 < written {
             break;
         }
@@ -725,7 +727,7 @@ fn a_plugin_with_a_new_state_version_upgrades_the_checkpointed_state() {
 #[test]
 fn a_changelog_that_is_not_compacted_is_refused() {
     // Created with the broker's default cleanup.policy, delete: retention would drop state.
-    let text = start_on_a_changelog_made_beforehand("changelog-policy", job::KEY_GROUPS as i32);
+    let text = start_on_a_changelog_made_beforehand("changelog-policy", job::CHANGELOG_PARTITIONS as i32);
     assert!(text.contains("has cleanup.policy=delete") && text.contains("set cleanup.policy=compact"), "unclear error:\n{text}");
 }
 
@@ -806,7 +808,7 @@ fn a_changelog_recreated_empty_is_written_again_from_the_state_dir() {
     let so_far = stop_with_open_windows(&job, &log);
     let changelog = format!("{}-changelog", job.name);
     support::delete_topic(&changelog);
-    support::create_topic_with(&changelog, job::KEY_GROUPS as i32, &[("cleanup.policy", "compact")]);
+    support::create_topic_with(&changelog, job::CHANGELOG_PARTITIONS as i32, &[("cleanup.policy", "compact")]);
 
     run_to_next_commit(&job, &log);
     let text = job::read_log(&log);

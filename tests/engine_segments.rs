@@ -14,7 +14,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
 use support::clicks::{self, Clicks, Input};
-use support::job::{self, JobDir, KEY_GROUPS};
+use support::job::{self, CHANGELOG_PARTITIONS, JobDir, KEY_GROUPS};
 use support::{Isolation, Tail};
 
 const PARTITIONS: i32 = 4;
@@ -149,7 +149,7 @@ fn a_changelog_the_cleaner_compacted_restores_the_same_state() {
         ("delete.retention.ms", "1000"),
         ("min.compaction.lag.ms", "0"),
     ];
-    support::create_topic_with(&changelog, KEY_GROUPS as i32, &cleaning);
+    support::create_topic_with(&changelog, CHANGELOG_PARTITIONS as i32, &cleaning);
     job.window_count(2, 150, WINDOW_MS as u64, "");
     let log = job.dir.path().join("weir.log");
     let mut input = Vec::new();
@@ -165,7 +165,7 @@ fn a_changelog_the_cleaner_compacted_restores_the_same_state() {
         let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
         wait_committed(&job.name, &job.input, &ends, &mut child, &log);
         assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "log:\n{}", job::read_log(&log));
-        let now = records_in(&changelog, KEY_GROUPS as i32);
+        let now = records_in(&changelog, CHANGELOG_PARTITIONS as i32);
         let written: u64 = job::read_log(&log)
             .lines()
             .filter_map(|line| line.split(" changelog_records=").nth(1)?.split(' ').next()?.parse::<u64>().ok())
@@ -248,6 +248,11 @@ fn produce_raw(topic: &str, records: &[(i32, Vec<u8>, Vec<u8>)]) {
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
+/// The changelog partition that holds key group `group`'s records.
+fn partition_of(group: u32) -> i32 {
+    (group % CHANGELOG_PARTITIONS) as i32
+}
+
 /// A key of key group `group` that the input uses.
 fn key_in_group(input: &[Input], group: u32) -> Vec<u8> {
     let found = input.iter().map(|r| &r.1).find(|key| clicks::java_partition(key, KEY_GROUPS as i32) as u32 == group);
@@ -268,22 +273,23 @@ fn incomplete_bases_are_never_used() {
     // Bases whose writer died, as a reader could meet them: chunks without an end, an
     // end without its second chunk. Applied, they would empty a group or make it garbage.
     let changelog = format!("{}-changelog", job.name);
-    let (group, other) = (3, 5);
+    // Groups past the changelog's partition count, which share partitions with others.
+    let (group, other) = (11, 13);
     let key = key_in_group(&input, group);
     let garbage = packed_entries(&[(&key, b"not the plugin's state")]);
     // The same in version 2's records, in two other groups.
-    let (group_2, other_2) = (1, 6);
+    let (group_2, other_2) = (9, 30);
     let garbage_2 = packed_value_2(44, &packed_entries(&[(&key_in_group(&input, group_2), b"not the plugin's state")])[1..]);
     produce_raw(
         &changelog,
         &[
-            (group as i32, packed_key(b'b', 0, group, 42, 0), garbage.clone()),
-            (other as i32, packed_key(b'b', 0, other, 43, 0), packed_entries(&[])),
+            (partition_of(group), packed_key(b'b', 0, group, 42, 0), garbage.clone()),
+            (partition_of(other), packed_key(b'b', 0, other, 43, 0), packed_entries(&[])),
             // An end saying two chunks (n=1, chunks=2, entries=0, bytes=0).
-            (other as i32, packed_key(b'e', 0, other, 43, 0), vec![1, 1, 2, 0, 0]),
-            (group_2 as i32, packed_key_2(b'b', 0, group_2, 0), garbage_2),
-            (other_2 as i32, packed_key_2(b'b', 0, other_2, 0), packed_value_2(45, &[])),
-            (other_2 as i32, packed_key_2(b'e', 0, other_2, 0), packed_value_2(45, &[1, 2, 0, 0])),
+            (partition_of(other), packed_key(b'e', 0, other, 43, 0), vec![1, 1, 2, 0, 0]),
+            (partition_of(group_2), packed_key_2(b'b', 0, group_2, 0), garbage_2),
+            (partition_of(other_2), packed_key_2(b'b', 0, other_2, 0), packed_value_2(45, &[])),
+            (partition_of(other_2), packed_key_2(b'e', 0, other_2, 0), packed_value_2(45, &[1, 2, 0, 0])),
         ],
     );
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
@@ -307,10 +313,11 @@ fn a_malformed_segment_stops_the_restore_naming_topic_partition_and_offset() {
     wait_committed(&job.name, &job.input, &ends, &mut child, &log);
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
     let changelog = format!("{}-changelog", job.name);
-    let partition = 6;
+    let group = 22;
+    let partition = partition_of(group);
     let offset = support::end_offset(&changelog, partition);
     // A segment whose one entry claims a key of 100 bytes in a value of 4.
-    produce_raw(&changelog, &[(partition, packed_key(b's', 0, partition as u32, 0, 9_999), vec![1, 100, 1, b'k'])]);
+    produce_raw(&changelog, &[(partition, packed_key(b's', 0, group, 0, 9_999), vec![1, 100, 1, b'k'])]);
     let output_before = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
     let mut child = job::start(&job.path(), &log, &[]);

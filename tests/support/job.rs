@@ -5,8 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The key groups of every test job (and so its changelog's partition count).
-pub const KEY_GROUPS: u32 = 8;
+/// The key groups of every test job.
+pub const KEY_GROUPS: u32 = 32;
+/// The partitions of a test job's changelog, as weir creates it for an input of 1, 2, 4
+/// or 8 partitions: several key groups in each.
+pub const CHANGELOG_PARTITIONS: u32 = 8;
 
 pub struct JobDir {
     pub dir: tempfile::TempDir,
@@ -25,14 +28,21 @@ impl JobDir {
     }
 
     /// Writes the job file: `body` is everything after the top-level keys. Jobs keep
-    /// state in `KEY_GROUPS` key groups, not the default 128: each job's changelog has a
-    /// partition per group, and the suite's one broker holds every test's topics.
+    /// state in `KEY_GROUPS` key groups, not the default 128: fewer groups restore
+    /// faster, and the suite runs hundreds of restores.
     pub fn write(&self, parallelism: u32, checkpoint_interval_ms: u64, body: &str) {
         let text = format!(
             "name = \"{name}\"\nparallelism = {parallelism}\ncheckpoint_interval_ms = {checkpoint_interval_ms}\nstate_dir = \"state\"\n\
              key_groups = {KEY_GROUPS}\n{body}",
             name = self.name
         );
+        std::fs::write(self.path(), text).expect("writing the job file");
+    }
+
+    /// Sets the job file's key groups to `count` (a job an older weir ran with them).
+    pub fn set_key_groups(&self, count: u32) {
+        let text = std::fs::read_to_string(self.path()).expect("reading the job file");
+        let text = text.replace(&format!("key_groups = {KEY_GROUPS}\n"), &format!("key_groups = {count}\n"));
         std::fs::write(self.path(), text).expect("writing the job file");
     }
 

@@ -295,6 +295,13 @@ pub fn topic_exists(name: &str) -> bool {
     metadata.topics().iter().any(|t| t.name() == name && t.error().is_none())
 }
 
+/// How many partitions topic `name` has (0 if the broker does not list it).
+pub fn partition_count(name: &str) -> usize {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("consumer");
+    let metadata = consumer.fetch_metadata(None, WAIT).expect("metadata");
+    metadata.topics().iter().find(|t| t.name() == name && t.error().is_none()).map_or(0, |t| t.partitions().len())
+}
+
 /// Deletes topic `name`, and waits until the broker no longer lists it.
 pub fn delete_topic(name: &str) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()

@@ -53,6 +53,8 @@ pub(super) struct Coordinator<'a> {
     pub(super) fold_in_flight: Option<u64>,
     /// Reads where the changelog's partitions end.
     pub(super) changelog_ends: changelog::Ends,
+    /// Which changelog partition holds each key group.
+    pub(super) placement: changelog::Placement,
     /// Per changelog partition, an offset at or before the first record of the next
     /// checkpoint: stored with each fold, so recovery replays only what follows.
     pub(super) positions: BTreeMap<i32, i64>,
@@ -299,7 +301,8 @@ impl Coordinator<'_> {
     /// Moves the positions of the changelog partitions a checkpoint wrote to where they
     /// end now.
     fn advance_positions(&mut self, changes: &[StateChanges]) -> Result<(), TaskFailure> {
-        let written: BTreeSet<i32> = changes.iter().flat_map(StateChanges::groups).map(|g| g as i32).collect();
+        let placement = self.placement;
+        let written: BTreeSet<i32> = changes.iter().flat_map(StateChanges::groups).map(|group| placement.partition_of(group)).collect();
         if written.is_empty() {
             return Ok(());
         }

@@ -46,7 +46,7 @@ pub(super) fn execute(
     stop: &Arc<AtomicBool>,
     abandon: Option<&Arc<AtomicBool>>,
 ) -> Result<Outcome, TaskFailure> {
-    let Recovered { sink, sources, operators, next, key_groups, positions, shard } = recovered;
+    let Recovered { sink, sources, operators, next, key_groups, placement, positions, shard } = recovered;
     let scaled_out = shard.is_some();
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
@@ -73,6 +73,7 @@ pub(super) fn execute(
         let state_out = StateOut {
             sink: &sink,
             changelog_topic: &changelog_topic,
+            placement,
             store,
             folded: &folded,
             packed: job.producer.delivery == job::Delivery::ExactlyOnce,
@@ -116,6 +117,7 @@ pub(super) fn execute(
             folded: folded_rx,
             fold_in_flight: None,
             changelog_ends: changelog::Ends::new(job)?,
+            placement,
             positions,
             expected_states: tasks,
             interval: job.checkpoint_interval(),

@@ -38,6 +38,9 @@ pub(super) struct Recovered {
     pub(super) next: u64,
     /// The job's key groups: recorded by its checkpoints, or chosen now on a fresh start.
     pub(super) key_groups: KeyGroups,
+    /// Which changelog partition holds each key group (a job without keyed state: one
+    /// partition per group, which nothing writes).
+    pub(super) placement: changelog::Placement,
     /// The changelog positions the store's state reflects (`StateBase::positions`).
     pub(super) positions: BTreeMap<i32, i64>,
     /// In a process of a scaled-out job, the input partitions (and key groups) it owns.
@@ -70,9 +73,11 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     // never reached its Kafka commit; the attempt reuses those ids, so it must go. The
     // keyed state becomes that of the committed checkpoint: the state_dir's, caught up
     // from the changelog's tail, else rebuilt from the whole changelog.
+    let input_partitions = first_source_partitions(&inputs, &partitions);
     let (snapshot, positions, local, looked) = match resume.checkpoint {
         Some(n) if job.keeps_state() => {
-            let Loaded { snapshot, positions, local, looked } = load(job, store, n, &resume.offsets)?;
+            let expected = expected_groups(job, input_partitions);
+            let Loaded { snapshot, positions, local, looked } = load(job, store, (n, expected), &resume.offsets)?;
             (Some(snapshot), Some(positions), local, looked)
         }
         Some(n) => (Some(load_stateless(job, store, n, &partitions, &resume)?), Some(BTreeMap::new()), None, None),
@@ -82,18 +87,21 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     step("brought the keyed state to the committed checkpoint");
     fault::point(Step::DuringRecovery, committed);
 
-    let key_groups = key_groups(job, first_source_partitions(&inputs, &partitions), snapshot.as_ref())?;
-    let prepared = match job.keeps_state() {
-        true => changelog::prepare(job, key_groups, resume.checkpoint, local.as_ref(), looked)?,
-        false => changelog::Prepared::Ready,
+    let key_groups = key_groups(job, input_partitions, snapshot.as_ref())?;
+    let (placement, prepared) = match job.keeps_state() {
+        true => {
+            let input_partitions = u32::try_from(input_partitions).unwrap_or(u32::MAX);
+            changelog::prepare(job, (key_groups, input_partitions), resume.checkpoint, local.as_ref(), looked)?
+        }
+        false => (changelog::Placement::new(key_groups, key_groups.count()), changelog::Prepared::Ready),
     };
     step("looked at the changelog topic");
     let mut positions = match (positions, &prepared, resume.checkpoint) {
         (Some(positions), changelog::Prepared::Ready, Some(n)) if job.keeps_state() && job.producer.delivery == job::Delivery::AtLeastOnce => {
-            changelog::skip_uncommitted(job, store, n, key_groups, &positions)?
+            changelog::skip_uncommitted(job, store, n, placement, &positions)?
         }
         (Some(positions), _, _) => positions,
-        (None, _, _) => start_fresh(job, store, key_groups)?,
+        (None, _, _) => start_fresh(job, store, placement)?,
     };
     let max_timestamp = |partition| snapshot.as_ref().and_then(|s| s.partitions.get(&partition)).map(|state| state.max_timestamp);
     let sources = start_offsets(job, &resume_consumer, &partitions, &resume.offsets, max_timestamp)?;
@@ -104,13 +112,13 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
     if let changelog::Prepared::Reseed(why) = prepared {
         let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
         let kill_point = || fault::point(Step::DuringReseed, committed);
-        positions = changelog::reseed(job, store, &sink, key_groups, (committed, stages), &why, kill_point)?;
+        positions = changelog::reseed(job, store, &sink, placement, (committed, stages), &why, kill_point)?;
     }
     tracing::info!(
         job = %job.name, checkpoint = ?resume.checkpoint, partitions = partitions.len(),
-        key_groups = key_groups.count(), "recovered; running"
+        key_groups = key_groups.count(), changelog_partitions = placement.partitions(), "recovered; running"
     );
-    Ok(Recovered { sink, sources, operators, next: committed + 1, key_groups, positions, shard: None })
+    Ok(Recovered { sink, sources, operators, next: committed + 1, key_groups, placement, positions, shard: None })
 }
 
 /// One attempt of a process of a scaled-out job (DESIGN.md §7) over the input
@@ -153,7 +161,7 @@ pub(super) fn recover_shard(
     // The changelog is looked at (a few requests) while the earlier owners are fenced.
     let (connected, inspected) = std::thread::scope(|scope| {
         let inspecting = scope.spawn(|| match job.keeps_state() {
-            true => changelog::inspect_shard(job, |found| shardable(job, found, count)),
+            true => changelog::inspect_shard(job, (expected_groups(job, count as usize), count), |found| shardable(job, found, count)),
             false => Ok(None),
         });
         let shard_sink = ShardSink { member, partitions: count, shape, lowest };
@@ -170,26 +178,27 @@ pub(super) fn recover_shard(
     let (sink, resume_consumer, resume) = connected?;
     go_on()?;
     check_placement(job, count, shape, &resume)?;
-    let (key_groups, rebuilt) = match inspected? {
-        Some(key_groups) => {
+    let (placement, rebuilt) = match inspected? {
+        Some(placement) => {
             let committed = resume.offsets.keys().copied().collect();
             let fence_committers = |stuck: &[i32]| fence_last_committers(job, &config, &shard, stuck, &resume);
-            let rebuilt = changelog::rebuild_shard(job, store, key_groups, &shard, &committed, fence_committers)?;
+            let rebuilt = changelog::rebuild_shard(job, store, placement, &shard, &committed, fence_committers)?;
             if let Some((&input, &first)) = rebuilt.with_state.iter().find(|(input, _)| !resume.offsets.contains_key(input)) {
                 return Err(changelog::earlier_state(job, input, first));
             }
-            (key_groups, rebuilt)
+            (placement, rebuilt)
         }
         None => {
-            let key_groups = job.key_groups.map_or_else(|| KeyGroups::default_for(count), KeyGroups::new);
-            let key_groups = shardable(job, key_groups, count)?;
+            let key_groups = shardable(job, expected_groups(job, count as usize), count)?;
+            let placement = changelog::Placement::for_new(key_groups, count);
             if job.keeps_state() {
-                changelog::create_shard(job, key_groups, !resume.offsets.is_empty())?;
+                changelog::create_shard(job, placement, !resume.offsets.is_empty())?;
             }
             store.clear()?;
-            (key_groups, changelog::Rebuilt::default())
+            (placement, changelog::Rebuilt::default())
         }
     };
+    let key_groups = placement.groups();
     let entries = rebuilt.entries;
     step("rebuilt the key groups");
     let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
@@ -208,7 +217,7 @@ pub(super) fn recover_shard(
         "restored this process's partitions; running"
     );
     let next = resume.checkpoint.unwrap_or(0) + 1;
-    Ok(Recovered { sink, sources, operators, next, key_groups, positions: rebuilt.positions, shard: Some(shard) })
+    Ok(Recovered { sink, sources, operators, next, key_groups, placement, positions: rebuilt.positions, shard: Some(shard) })
 }
 
 /// Connects this process's producer (`connect`, which fences the earlier holder of its
@@ -239,7 +248,8 @@ fn connect_fencing(
 /// an earlier owner whose lowest partition went to a process that has not started yet,
 /// or one that failed and waits to restart.
 fn fence_last_committers(job: &Job, config: &SinkConfig<'_>, shard: &Shard, stuck: &[i32], resume: &ShardResume) {
-    let inputs: BTreeSet<i32> = stuck.iter().map(|&group| shard.partition_of(group as u32)).collect();
+    // Each changelog partition's groups travel in one input partition: its number's.
+    let inputs: BTreeSet<i32> = stuck.iter().map(|&partition| shard.partition_of(partition as u32)).collect();
     let committers: BTreeSet<i32> = inputs
         .iter()
         .filter_map(|input| resume.offsets.get(input).and_then(|(_, meta)| meta.by))
@@ -440,13 +450,13 @@ fn committed_inputs(job: &Job, consumer: &BaseConsumer, ids: &[i32], inputs: &In
 /// A fresh start: deletes every checkpoint and all keyed state, and records where the
 /// changelog ends, so that a replay never reads what an earlier run of the job left in
 /// it (an at-least-once job keeps that). Returns those ends.
-fn start_fresh(job: &Job, store: &CheckpointStore, key_groups: KeyGroups) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+fn start_fresh(job: &Job, store: &CheckpointStore, placement: changelog::Placement) -> Result<BTreeMap<i32, i64>, TaskFailure> {
     store.clear()?;
     if !job.keeps_state() {
         store.mark_state(0, &BTreeMap::new())?;
         return Ok(BTreeMap::new());
     }
-    let ends = changelog::Ends::new(job)?.all(key_groups.count())?;
+    let ends = changelog::Ends::new(job)?.all(placement.partitions())?;
     store.mark_state(0, &ends)?;
     Ok(ends)
 }
@@ -466,6 +476,12 @@ fn source_topics(job: &Job) -> String {
     job.sources.iter().map(|source| source.topic.as_str()).collect::<Vec<_>>().join(",")
 }
 
+/// The key groups the job file gives, else the default for the input's partition count:
+/// the job's, unless its checkpoints recorded others.
+fn expected_groups(job: &Job, partitions: usize) -> KeyGroups {
+    job.key_groups.map_or_else(|| KeyGroups::default_for(u32::try_from(partitions).unwrap_or(u32::MAX)), KeyGroups::new)
+}
+
 /// The job's key groups: what its checkpoints recorded (the job file may only repeat
 /// it), else the job file's, else the default for the input's partition count.
 fn key_groups(job: &Job, partitions: usize, snapshot: Option<&Snapshot>) -> Result<KeyGroups, TaskFailure> {
@@ -479,8 +495,7 @@ fn key_groups(job: &Job, partitions: usize, snapshot: Option<&Snapshot>) -> Resu
             )));
         }
         (_, Some((_, found))) => found,
-        (Some(wanted), None) => wanted,
-        (None, None) => KeyGroups::default_for(u32::try_from(partitions).unwrap_or(u32::MAX)).count(),
+        (_, None) => expected_groups(job, partitions).count(),
     };
     if job.parallelism > count {
         return Err(TaskFailure::Incompatible(format!(
@@ -530,8 +545,8 @@ struct Loaded {
 /// `n`, or of an earlier committed checkpoint (a crash came before the fold of the later
 /// ones) that the changelog's tail brings to `n`; a state_dir that cannot give `n`
 /// (lost, or holding another instance's checkpoint of that number) is rebuilt from the
-/// whole changelog.
-fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i64>) -> Result<Loaded, TaskFailure> {
+/// whole changelog. `expected`: the job's key groups unless its checkpoints say otherwise.
+fn load(job: &Job, store: &CheckpointStore, (n, expected): (u64, KeyGroups), committed: &BTreeMap<i32, i64>) -> Result<Loaded, TaskFailure> {
     store.discard_after(n)?;
     let base = store.state_base()?;
     if base.n > n {
@@ -567,12 +582,20 @@ fn load(job: &Job, store: &CheckpointStore, n: u64, committed: &BTreeMap<i32, i6
             )),
             other => other,
         })?;
-        let looked = changelog::catch_up(job, store, n, &base)?;
+        let groups = snapshot.shape.key_groups.map_or(expected, KeyGroups::new);
+        let looked = changelog::catch_up(job, store, (n, groups), &base)?;
         return Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None, looked: Some(looked) });
     }
-    let looked = changelog::catch_up(job, store, n, &base)?;
+    let groups = stored_groups(store, base.n).unwrap_or(expected);
+    let looked = changelog::catch_up(job, store, (n, groups), &base)?;
     let snapshot = checkpoint_here(job, store, n, committed)?;
     Ok(Loaded { snapshot, positions: store.state_base()?.positions.unwrap_or_default(), local: None, looked: Some(looked) })
+}
+
+/// The key groups stored checkpoint `n` recorded, if the store holds it.
+fn stored_groups(store: &CheckpointStore, n: u64) -> Option<KeyGroups> {
+    let checkpoint = store.load(n).ok()?;
+    layout::decode(&checkpoint).ok()?.shape.key_groups.filter(|&count| count > 0).map(KeyGroups::new)
 }
 
 /// Checkpoint `n` of a job that keeps no state, which has no changelog to rebuild

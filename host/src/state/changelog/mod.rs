@@ -6,8 +6,9 @@
 //! offsets, or, when the `state_dir` cannot give them (a new machine, a deleted
 //! directory), the whole topic.
 //!
-//! The topic has one partition per key group and `cleanup.policy=compact`: Kafka keeps
-//! each key's last state and, once compacted, drops removed keys.
+//! The topic has a few partitions, each holding several key groups (`placement.rs`),
+//! and `cleanup.policy=compact`: Kafka keeps each key's last state and, once compacted,
+//! drops removed keys.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,8 +31,11 @@ use crate::source;
 use crate::state::StateBase;
 
 mod emptied;
+mod placement;
 mod replay;
 pub(crate) mod writer;
+
+pub(crate) use placement::Placement;
 
 use replay::{Emptiness, read_into_store};
 
@@ -73,14 +77,15 @@ pub(crate) fn topic(job: &Job) -> String {
 pub(crate) struct StateWriter<'a> {
     sink: &'a Sink,
     topic: &'a str,
+    placement: Placement,
     stage: u32,
     key: Vec<u8>,
     value: Vec<u8>,
 }
 
 impl<'a> StateWriter<'a> {
-    pub(crate) fn new(sink: &'a Sink, topic: &'a str, stage: u32) -> Self {
-        Self { sink, topic, stage, key: Vec::new(), value: Vec::new() }
+    pub(crate) fn new(sink: &'a Sink, (topic, placement): (&'a str, Placement), stage: u32) -> Self {
+        Self { sink, topic, placement, stage, key: Vec::new(), value: Vec::new() }
     }
 
     /// Writes `key`'s new state (`None`: its removal); returns the record's bytes.
@@ -90,7 +95,7 @@ impl<'a> StateWriter<'a> {
             layout::changelog_value_into(state, &mut self.value);
             &self.value[..]
         });
-        self.sink.send_changelog(self.topic, group as i32, &self.key, value)?;
+        self.sink.send_changelog(self.topic, self.placement.partition_of(group), &self.key, value)?;
         Ok(self.key.len() + value.map_or(0, <[u8]>::len))
     }
 }
@@ -104,8 +109,9 @@ pub(crate) enum Prepared {
     Reseed(String),
 }
 
-/// Makes sure the changelog exists with one partition per key group, creating it
-/// (compacted) on a fresh start. A fresh start refuses a changelog that already holds
+/// Makes sure the changelog exists, with no more partitions than key groups, creating
+/// it (compacted, placed for `input_partitions`) on a fresh start; returns where its
+/// groups are. A fresh start refuses a changelog that already holds
 /// committed records: they are the state of an earlier run of a job of this name, and
 /// a later rebuild would bring them back. `local` is the state_dir's state when it is
 /// that of `checkpoint` (an exactly-once job's recovery read it from there, not from
@@ -113,11 +119,11 @@ pub(crate) enum Prepared {
 /// reseeded from it rather than refused.
 pub(crate) fn prepare(
     job: &Job,
-    key_groups: KeyGroups,
+    (key_groups, input_partitions): (KeyGroups, u32),
     checkpoint: Option<u64>,
     local: Option<&Local>,
     looked: Option<Looked>,
-) -> Result<Prepared, TaskFailure> {
+) -> Result<(Placement, Prepared), TaskFailure> {
     let topic = topic(job);
     // A new client's first answer waits for its connection, about 100 ms: the client
     // that reads where the topic ends connects while the topic is looked at, and its
@@ -125,14 +131,15 @@ pub(crate) fn prepare(
     // looked at the topic a moment ago, no client at all.
     let ends = local.map(|_| Ends::new(job)).transpose()?;
     let (partitions, policy) = match looked {
-        Some(Looked { partitions, policy }) => (Ok(Some(partitions)), Ok(policy)),
+        Some(Looked { placement, policy }) => (Ok(Some(placement.partitions())), Ok(policy)),
         None => alongside(|| partition_count(job, &topic), || topic_config(job, &topic, "cleanup.policy")),
     };
+    let new = Placement::for_new(key_groups, input_partitions);
     match (partitions?, checkpoint) {
-        (None, None) => create(job, &topic, key_groups).map(|()| Prepared::Ready),
+        (None, None) => create(job, &topic, new).map(|()| (new, Prepared::Ready)),
         (None, Some(_)) if local.is_some() => {
-            create(job, &topic, key_groups)?;
-            Ok(Prepared::Reseed("the topic did not exist".into()))
+            create(job, &topic, new)?;
+            Ok((new, Prepared::Reseed("the topic did not exist".into())))
         }
         (None, Some(n)) => Err(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` on {} does not exist, but Kafka's committed offsets name checkpoint {n}: \
@@ -140,18 +147,19 @@ pub(crate) fn prepare(
              deleting consumer group `{}`",
             job.producer.brokers, job.name
         ))),
-        (Some(found), _) if found != key_groups.count() => Err(wrong_partitions(job, &topic, found, key_groups)),
-        (Some(_), checkpoint) => {
+        (Some(found), _) if found > key_groups.count() => Err(wrong_partitions(job, &topic, found, key_groups)),
+        (Some(found), checkpoint) => {
+            let placement = Placement::new(key_groups, found);
             check_compacted(job, &topic, &policy?)?;
             if let (Some(local), Some(ends)) = (local, &ends) {
-                return holds(job, &topic, key_groups, local, ends);
+                return holds(job, &topic, found, local, ends).map(|prepared| (placement, prepared));
             }
-            if checkpoint.is_some() || job.producer.delivery == Delivery::AtLeastOnce {
+            if checkpoint.is_none() && job.producer.delivery == Delivery::ExactlyOnce {
                 // At-least-once writes the changelog outside transactions, so a run killed
                 // before its first offset commit leaves records; it never rebuilds from them.
-                return Ok(Prepared::Ready);
+                refuse_earlier_state(job, &topic, found)?;
             }
-            refuse_earlier_state(job, &topic, key_groups).map(|()| Prepared::Ready)
+            Ok((placement, Prepared::Ready))
         }
     }
 }
@@ -182,7 +190,7 @@ fn check_compacted(job: &Job, topic: &str, policy: &str) -> Result<(), TaskFailu
 /// A process of a scaled-out job whose changelog does not exist: creates it when none
 /// of the process's partitions has a committed checkpoint (the job's other processes
 /// may be creating it too); else the job's state is gone.
-pub(crate) fn create_shard(job: &Job, key_groups: KeyGroups, committed: bool) -> Result<(), TaskFailure> {
+pub(crate) fn create_shard(job: &Job, placement: Placement, committed: bool) -> Result<(), TaskFailure> {
     let topic = topic(job);
     if committed {
         return Err(TaskFailure::Incompatible(format!(
@@ -192,7 +200,7 @@ pub(crate) fn create_shard(job: &Job, key_groups: KeyGroups, committed: bool) ->
             job.producer.brokers, job.name
         )));
     }
-    create(job, &topic, key_groups)
+    create(job, &topic, placement)
 }
 
 /// What `rebuild_shard` brought into the store.
@@ -209,17 +217,47 @@ pub(crate) struct Rebuilt {
     pub(crate) with_state: BTreeMap<i32, (i32, i64)>,
 }
 
-/// A process of a scaled-out job: the changelog's key groups (its partition count, which
-/// `check` accepts or says why they cannot be this job's), after checking that it is
-/// compacted; `None` when it does not exist.
-pub(crate) fn inspect_shard(job: &Job, check: impl Fn(KeyGroups) -> Result<KeyGroups, TaskFailure>) -> Result<Option<KeyGroups>, TaskFailure> {
+/// A process of a scaled-out job: where the changelog's key groups are (`expected`
+/// groups, or one per partition of a changelog of more partitions, as weir created
+/// them before placements; `check` accepts the groups or says why they cannot be this
+/// job's), after checking that it is compacted and that each partition's groups travel
+/// in one input partition of `input_partitions`; `None` when it does not exist.
+pub(crate) fn inspect_shard(
+    job: &Job,
+    (expected, input_partitions): (KeyGroups, u32),
+    check: impl Fn(KeyGroups) -> Result<KeyGroups, TaskFailure>,
+) -> Result<Option<Placement>, TaskFailure> {
     let topic = topic(job);
     let Some(found) = partition_count(job, &topic)? else { return Ok(None) };
-    if let Some(wanted) = job.key_groups.filter(|&wanted| wanted != found) {
-        return Err(wrong_partitions(job, &topic, found, KeyGroups::new(wanted)));
+    let placement = placed(job, &topic, expected, found)?;
+    if !placement.follows_input(input_partitions) {
+        return Err(TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` on {} has {found} partitions, not a multiple of the {input_partitions} \
+             partitions of `{}`, so a changelog partition would hold the state of several processes' key groups: \
+             it was created for a single process or changed outside weir; run one process (scale_out = false), \
+             or start over under a new job name",
+            job.producer.brokers, job.sources[0].topic
+        )));
     }
     check_compacted(job, &topic, &topic_config(job, &topic, "cleanup.policy")?)?;
-    check(KeyGroups::new(found)).map(Some)
+    let groups = check(placement.groups())?;
+    Ok(Some(Placement::new(groups, found)))
+}
+
+/// Where the key groups are in a changelog of `found` partitions when the job has
+/// `expected` of them (from the job file, else the default for its input). A changelog
+/// of more partitions than that is one of one partition per key group, as weir created
+/// them before placements (its key_groups since changed in the job file, or the
+/// default moved with the input's partition count): its groups are its partitions,
+/// unless the job file names another count.
+fn placed(job: &Job, topic: &str, expected: KeyGroups, found: u32) -> Result<Placement, TaskFailure> {
+    if found <= expected.count() {
+        return Ok(Placement::new(expected, found));
+    }
+    match job.key_groups {
+        Some(_) => Err(wrong_partitions(job, topic, found, expected)),
+        None => Ok(Placement::new(KeyGroups::new(found), found)),
+    }
 }
 
 /// A process of a scaled-out job, once the earlier owners of its partitions are fenced:
@@ -234,35 +272,38 @@ pub(crate) fn inspect_shard(job: &Job, check: impl Fn(KeyGroups) -> Result<KeyGr
 pub(crate) fn rebuild_shard(
     job: &Job,
     store: &CheckpointStore,
-    key_groups: KeyGroups,
+    placement: Placement,
     shard: &Shard,
     committed: &BTreeSet<i32>,
     on_stuck: impl FnOnce(&[i32]),
 ) -> Result<Rebuilt, TaskFailure> {
     let topic = topic(job);
     let stages = u32::try_from(job.operators.len()).expect("a job has few operators");
-    let owned: Vec<i32> = shard.groups(key_groups).map(|group| group as i32).collect();
+    // Every group of a partition travels in one input partition (`inspect_shard`): the
+    // process owns the changelog partitions of its groups whole.
+    let input_of = |partition: i32| shard.partition_of(placement.groups_in(partition).next().expect("a partition holds a group"));
+    let owned: Vec<i32> = (0..placement.partitions() as i32).filter(|&partition| shard.owns_partition(input_of(partition))).collect();
     let base = store.state_base()?;
     let (ends, retention) = (Ends::stable(job)?, || topic_config(job, &topic, "delete.retention.ms"));
-    let cached = match tail_start(job, (&topic, key_groups.count()), &base, retention, &ends)? {
+    let cached = match tail_start(job, (&topic, placement.partitions()), &base, retention, &ends)? {
         Tail::From(positions) => positions,
         Tail::Whole(_) => BTreeMap::new(),
     };
     let from: BTreeMap<i32, i64> = owned
         .iter()
-        .filter(|&&group| committed.contains(&shard.partition_of(group as u32)))
-        .filter_map(|group| cached.get(group).map(|&position| (*group, position)))
+        .filter(|&&partition| committed.contains(&input_of(partition)))
+        .filter_map(|partition| cached.get(partition).map(|&position| (*partition, position)))
         .collect();
-    let dropped = (0..key_groups.count()).filter(|group| !from.contains_key(&(*group as i32)));
+    let dropped = (0..placement.groups().count()).filter(|&group| !from.contains_key(&placement.partition_of(group)));
     store.drop_groups(stages, dropped, &from)?;
     let ends = wait_resolved(job, &topic, &owned, on_stuck)?;
-    let start = |group| from.get(&group).map_or(Offset::Beginning, |&position| Offset::Offset(position));
-    let starts: Vec<(i32, Offset)> = owned.iter().map(|&group| (group, start(group))).collect();
-    // Each group read from its start was just dropped from the store.
-    let read = read_into_store(job, store, key_groups, &topic, (&starts, Emptiness::Emptied))?;
+    let start = |partition| from.get(&partition).map_or(Offset::Beginning, |&position| Offset::Offset(position));
+    let starts: Vec<(i32, Offset)> = owned.iter().map(|&partition| (partition, start(partition))).collect();
+    // Each partition read from its start had its groups just dropped from the store.
+    let read = read_into_store(job, store, placement, &topic, (&starts, Emptiness::Emptied))?;
     let mut with_state = BTreeMap::new();
     for (&partition, &offset) in &read.firsts {
-        with_state.entry(shard.partition_of(partition as u32)).or_insert((partition, offset));
+        with_state.entry(input_of(partition)).or_insert((partition, offset));
     }
     // The read went past `ends` (to stable offsets at or after them).
     store.mark_state(0, &ends)?;
@@ -332,19 +373,19 @@ pub(crate) struct Local {
 /// then written only by transactions that aborted): it was recreated. Positions past
 /// the end of a topic with committed records are an error: it is another topic. (A
 /// topic recreated and then written by others past those positions goes unnoticed.)
-fn holds(job: &Job, topic: &str, key_groups: KeyGroups, local: &Local, ends: &Ends) -> Result<Prepared, TaskFailure> {
+fn holds(job: &Job, topic: &str, partitions: u32, local: &Local, ends: &Ends) -> Result<Prepared, TaskFailure> {
     if local.reseeding {
         return Ok(Prepared::Reseed("writing the state_dir's state into it was interrupted".into()));
     }
-    let ends = ends.all(key_groups.count())?;
+    let ends = ends.all(partitions)?;
     if ends.values().all(|&end| end == 0) {
         return Ok(Prepared::Reseed("it holds no record at all: it was recreated".into()));
     }
     let Some(positions) = &local.base.positions else { return Ok(Prepared::Ready) };
     let past_end = positions.iter().find(|&(partition, position)| ends.get(partition).is_none_or(|end| position > end));
     let Some((&partition, &position)) = past_end else { return Ok(Prepared::Ready) };
-    let consumer = reader(job, topic, key_groups.count(), None)?;
-    if first_record(&consumer, topic, key_groups.count())?.is_none() {
+    let consumer = reader(job, topic, partitions, None)?;
+    if first_record(&consumer, topic, partitions)?.is_none() {
         return Ok(Prepared::Reseed(format!(
             "it holds no committed record, and it ends before offset {position} of partition {partition} that the \
              state_dir's state was read from: it was recreated"
@@ -389,7 +430,7 @@ pub(crate) fn reseed(
     job: &Job,
     store: &CheckpointStore,
     sink: &Sink,
-    key_groups: KeyGroups,
+    placement: Placement,
     (n, stages): (u64, u32),
     why: &str,
     before_last_commit: impl FnOnce(),
@@ -397,14 +438,14 @@ pub(crate) fn reseed(
     let started = Instant::now();
     let topic = topic(job);
     tracing::warn!(checkpoint = n, "the changelog topic `{topic}` lost the job's state ({why}): writing the state_dir's state into it again");
-    let ends = Ends::new(job)?.all(key_groups.count())?;
+    let (ends, key_groups) = (Ends::new(job)?.all(placement.partitions())?, placement.groups());
     store.begin_reseed(n, &ends)?;
     let (mut entries, mut transactions, mut pending) = (0, 0, 0);
     // Key by key group: keys hash evenly over them, so groups done tell the time left.
     let running = progress::begin("writing the state_dir's state into the changelog again", "key groups");
     running.work().add_total(u64::from(stages) * u64::from(key_groups.count()));
     for stage in 0..stages {
-        let mut writer = StateWriter::new(sink, &topic, stage);
+        let mut writer = StateWriter::new(sink, (&topic, placement), stage);
         for group in 0..key_groups.count() {
             let mut bytes = 0;
             let read = store.read_state(stage, group..group + 1, RESEED_CHUNK_BYTES, |chunk| -> Result<(), TaskFailure> {
@@ -436,9 +477,9 @@ pub(crate) fn reseed(
 
 /// On a fresh start, a changelog that already holds committed records holds the state of
 /// an earlier run of a job of this name, which a later rebuild would bring back.
-fn refuse_earlier_state(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailure> {
-    let consumer = reader(job, topic, key_groups.count(), None)?;
-    if let Some(offset) = first_record(&consumer, topic, key_groups.count())? {
+fn refuse_earlier_state(job: &Job, topic: &str, partitions: u32) -> Result<(), TaskFailure> {
+    let consumer = reader(job, topic, partitions, None)?;
+    if let Some(offset) = first_record(&consumer, topic, partitions)? {
         return Err(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` already holds state (a committed record at {offset}) but job `{}` \
              has no committed checkpoint: it is the state of an earlier run. Delete the topic to start over, \
@@ -455,8 +496,10 @@ fn refuse_earlier_state(job: &Job, topic: &str, key_groups: KeyGroups) -> Result
 /// have dropped removals after it), the state is rebuilt from the whole topic. Either
 /// way the store then holds checkpoint `n` as the changelog's last checkpoint record
 /// gives it. Positions the topic no longer has are an error: it was recreated or
-/// truncated, and what it lost cannot be rebuilt from it.
-pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateBase) -> Result<Looked, TaskFailure> {
+/// truncated, and what it lost cannot be rebuilt from it. `expected`: the job's key
+/// groups as the job file or its input's default gives them, which the checkpoint
+/// record read confirms.
+pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, (n, expected): (u64, KeyGroups), base: &StateBase) -> Result<Looked, TaskFailure> {
     let topic = topic(job);
     // As in `prepare`: three clients connect side by side, not one after the other.
     let ends = Ends::stable(job)?;
@@ -473,14 +516,18 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
         )));
     };
     let [retention, policy] = configs?;
-    let looked = Looked { partitions, policy };
+    // More partitions than groups: one partition per key group, as weir created them
+    // before placements (the checkpoint record read says how many there are).
+    let groups = if partitions > expected.count() { KeyGroups::new(partitions) } else { expected };
+    let placement = Placement::new(groups, partitions);
+    let looked = Looked { placement, policy };
     let tail = tail_start(job, (&topic, partitions), base, || Ok(retention), &ends)?;
     if job.producer.delivery == Delivery::AtLeastOnce {
         // Written outside transactions, the changelog may hold changes of the checkpoint
         // after `n`, and its last checkpoint record with them: the store keeps `n`'s
         // entry, and the state may run ahead of it, as at-least-once allows.
         return match tail {
-            Tail::From(from) => replay(job, store, n, &topic, partitions, Some(&from)).map(|()| looked),
+            Tail::From(from) => replay(job, store, n, &topic, placement, Some(&from)).map(|()| looked),
             Tail::Whole(why) => Err(TaskFailure::Incompatible(format!(
                 "the state in the state_dir {} is that of checkpoint {}, not {n}, and {why}; an at-least-once job \
                  cannot rebuild from its whole changelog, which it writes outside transactions: restore the \
@@ -492,7 +539,7 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
         };
     }
     match tail {
-        Tail::From(from) => match replay(job, store, n, &topic, partitions, Some(&from)) {
+        Tail::From(from) => match replay(job, store, n, &topic, placement, Some(&from)) {
             Err(TaskFailure::Incompatible(why)) => {
                 tracing::warn!(checkpoint = n, from = base.n, "the changelog's tail cannot give checkpoint {n} ({why}); rebuilding from the whole topic");
             }
@@ -500,12 +547,12 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, n: u64, base: &StateB
         },
         Tail::Whole(why) => tracing::info!(checkpoint = n, from = base.n, "rebuilding keyed state from the whole changelog: {why}"),
     }
-    replay(job, store, n, &topic, partitions, None).map(|()| looked)
+    replay(job, store, n, &topic, placement, None).map(|()| looked)
 }
 
 /// What `catch_up` saw of the changelog topic, which `prepare` need not ask again.
 pub(crate) struct Looked {
-    partitions: u32,
+    placement: Placement,
     /// Its `cleanup.policy`.
     policy: String,
 }
@@ -516,8 +563,8 @@ pub(crate) struct Looked {
 /// later replay from `positions` would take the latter as state and count their input
 /// twice, so the store's marker moves to where the changelog ends now. Returns those
 /// ends.
-pub(crate) fn skip_uncommitted(job: &Job, store: &CheckpointStore, n: u64, key_groups: KeyGroups, positions: &BTreeMap<i32, i64>) -> Result<BTreeMap<i32, i64>, TaskFailure> {
-    let ends = Ends::new(job)?.all(key_groups.count())?;
+pub(crate) fn skip_uncommitted(job: &Job, store: &CheckpointStore, n: u64, placement: Placement, positions: &BTreeMap<i32, i64>) -> Result<BTreeMap<i32, i64>, TaskFailure> {
+    let ends = Ends::new(job)?.all(placement.partitions())?;
     let skipped: i64 = ends.iter().map(|(partition, &end)| end - positions.get(partition).copied().unwrap_or(0).min(end)).sum();
     if skipped > 0 {
         tracing::info!(checkpoint = n, records = skipped, "a replay of the changelog will start past the records that follow checkpoint {n}'s state (its own, or never committed)");
@@ -582,20 +629,20 @@ fn replay(
     store: &CheckpointStore,
     n: u64,
     topic: &str,
-    partitions: u32,
+    placement: Placement,
     from: Option<&BTreeMap<i32, i64>>,
 ) -> Result<(), TaskFailure> {
     let started = Instant::now();
     let what = if from.is_some() { "the changelog's tail" } else { "the whole changelog" };
-    tracing::info!(checkpoint = n, topic = %topic, partitions, "replaying keyed state from {what}");
-    let key_groups = KeyGroups::new(partitions);
+    let partitions = placement.partitions();
+    tracing::info!(checkpoint = n, topic = %topic, partitions, key_groups = placement.groups().count(), "replaying keyed state from {what}");
     if from.is_none() {
         store.clear()?;
     }
     let start = |partition| from.and_then(|from| from.get(&partition)).map_or(Offset::Beginning, |&offset| Offset::Offset(offset));
     let starts: Vec<(i32, Offset)> = (0..partitions as i32).map(|partition| (partition, start(partition))).collect();
     let emptiness = if from.is_none() { Emptiness::Emptied } else { Emptiness::Held };
-    let replay::Read { entries, checkpoint, positions, .. } = read_into_store(job, store, key_groups, topic, (&starts, emptiness))?;
+    let replay::Read { entries, checkpoint, positions, .. } = read_into_store(job, store, placement, topic, (&starts, emptiness))?;
     let done = |what: &str| {
         tracing::info!(
             checkpoint = n, entries, duration_ms = started.elapsed().as_millis() as u64,
@@ -621,8 +668,8 @@ fn replay(
         )));
     }
     let recorded = layout::decode(&checkpoint).ok().and_then(|snapshot| snapshot.shape.key_groups);
-    if recorded != Some(partitions) {
-        return Err(wrong_partitions(job, topic, partitions, KeyGroups::new(recorded.unwrap_or(0).max(1))));
+    if recorded != Some(placement.groups().count()) {
+        return Err(other_groups(job, topic, placement, recorded));
     }
     store.finish_replay(&checkpoint, &positions)?;
     done(what);
@@ -772,9 +819,9 @@ fn runtime() -> Result<tokio::runtime::Runtime, TaskFailure> {
         .map_err(|e| TaskFailure::Kafka(format!("starting a runtime for the admin client: {e}")))
 }
 
-fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailure> {
+fn create(job: &Job, topic: &str, placement: Placement) -> Result<(), TaskFailure> {
     let admin = admin(job)?;
-    let partitions = i32::try_from(key_groups.count()).expect("at most 32768 key groups");
+    let partitions = i32::try_from(placement.partitions()).expect("at most 32768 key groups");
     // -1: the broker's default replication factor.
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1))
         .set("cleanup.policy", "compact")
@@ -806,10 +853,32 @@ fn create(job: &Job, topic: &str, key_groups: KeyGroups) -> Result<(), TaskFailu
 
 fn wrong_partitions(job: &Job, topic: &str, found: u32, key_groups: KeyGroups) -> TaskFailure {
     TaskFailure::Incompatible(format!(
-        "the changelog topic `{topic}` on {} has {found} partitions but the job has {} key groups, one partition \
-         each: it is another job's changelog or was changed outside weir; set changelog_topic to this job's",
+        "the changelog topic `{topic}` on {} has {found} partitions but the job has {} key groups, and a changelog \
+         has one partition per key group at most: it is another job's changelog or was changed outside weir; set \
+         changelog_topic to this job's",
         job.producer.brokers,
         key_groups.count()
+    ))
+}
+
+/// The changelog's checkpoint record names `recorded` key groups, not those a replay
+/// placed its records by.
+fn other_groups(job: &Job, topic: &str, placement: Placement, recorded: Option<u32>) -> TaskFailure {
+    let Some(recorded) = recorded else {
+        return TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` on {} ends with a checkpoint record that names no key groups (an older \
+             weir wrote it) but has {} partitions, not one per key group: it was changed outside weir",
+            job.producer.brokers,
+            placement.partitions()
+        ));
+    };
+    TaskFailure::Incompatible(format!(
+        "the changelog topic `{topic}` on {} holds the state of a job of {recorded} key groups, but was read as one \
+         of {}: key groups are fixed by a job's first checkpoint, and this job file sets key_groups to another \
+         count (or leaves it out while the input topic's partition count moved the default); set key_groups = \
+         {recorded}",
+        job.producer.brokers,
+        placement.groups().count()
     ))
 }
 

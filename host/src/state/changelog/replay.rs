@@ -17,6 +17,8 @@ use crate::checkpoint::layout::{self, ChangelogRecord};
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::chunk::{GroupLog, StateChanges};
 use crate::dataflow::{KeyGroups, TaskFailure};
+
+use super::Placement;
 use crate::job::Job;
 use crate::metrics::progress::{self, Work};
 use crate::state::MAX_SEGMENT_SEQ;
@@ -28,7 +30,7 @@ use super::emptied::Emptied;
 const WRITE_BATCH: usize = 100_000;
 /// The most threads a replay reads with, each a consumer of its own share of the
 /// partitions (no more than the machine has cores): parsing and the store's writes are
-/// most of a replay's work, and a partition is one key group, independent of the others.
+/// most of a replay's work, and a partition's key groups are independent of the others'.
 const MAX_READERS: usize = 4;
 
 /// What a replay read.
@@ -53,12 +55,13 @@ pub(super) enum Emptiness {
 }
 
 /// Reads each of `starts` (a partition, from where) to its end into the store, the
-/// partitions shared out over several threads, each a run of neighbouring ones (so that
-/// the table files of groups read into nothing do not overlap).
+/// partitions shared out over several threads, each a run of neighbouring ones (so that,
+/// with one group per partition, the table files of groups read into nothing do not
+/// overlap).
 pub(super) fn read_into_store(
     job: &Job,
     store: &CheckpointStore,
-    key_groups: KeyGroups,
+    placement: Placement,
     topic: &str,
     (starts, emptiness): (&[(i32, Offset)], Emptiness),
 ) -> Result<Read, TaskFailure> {
@@ -71,7 +74,7 @@ pub(super) fn read_into_store(
     let results: Vec<Result<Read, TaskFailure>> = std::thread::scope(|scope| {
         let handles: Vec<_> = shares
             .iter()
-            .map(|share| scope.spawn(move || read_share(job, store, key_groups, topic, (share, emptiness, ranges), work)))
+            .map(|share| scope.spawn(move || read_share(job, store, placement, topic, (share, emptiness, ranges), work)))
             .collect();
         // A reader's panic is the caller's, as if it had read alone.
         handles.into_iter().map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
@@ -90,18 +93,20 @@ pub(super) fn read_into_store(
 fn read_share(
     job: &Job,
     store: &CheckpointStore,
-    key_groups: KeyGroups,
+    placement: Placement,
     topic: &str,
     (share, emptiness, ranges): (&[(i32, Offset)], Emptiness, &Ranges),
     work: &Work,
 ) -> Result<Read, TaskFailure> {
     let positions = share.iter().filter_map(|&(partition, start)| start.to_raw().filter(|&at| at >= 0).map(|at| (partition, at))).collect();
     let emptied = match emptiness {
-        Emptiness::Emptied => share.iter().filter(|(_, start)| *start == Offset::Beginning).map(|&(partition, _)| partition as u32).collect(),
+        Emptiness::Emptied => {
+            share.iter().filter(|(_, start)| *start == Offset::Beginning).flat_map(|&(partition, _)| placement.groups_in(partition)).collect()
+        }
         Emptiness::Held => BTreeSet::new(),
     };
     let consumer = super::reader_for(job, topic, share.iter().copied())?;
-    let mut replayed = Replayed::new(store, key_groups, (&job.name, topic), positions, Emptied::new(emptied));
+    let mut replayed = Replayed::new(store, placement, (&job.name, topic), positions, Emptied::new(emptied));
     let mut firsts = BTreeMap::new();
     let mut read_progress = ReadProgress::expect(share, ranges, work);
     super::read_to_end(&consumer, topic, share.len() as u32, |partition, offset, message| {
@@ -202,6 +207,7 @@ struct PendingBase {
 /// What a replay has read so far.
 pub(super) struct Replayed<'a> {
     store: &'a CheckpointStore,
+    placement: Placement,
     key_groups: KeyGroups,
     job: &'a str,
     topic: &'a str,
@@ -221,10 +227,11 @@ pub(super) struct Replayed<'a> {
 
 impl<'a> Replayed<'a> {
     /// Nothing read yet; `positions`: where the read starts, per partition.
-    fn new(store: &'a CheckpointStore, key_groups: KeyGroups, (job, topic): (&'a str, &'a str), positions: BTreeMap<i32, i64>, emptied: Emptied) -> Self {
+    fn new(store: &'a CheckpointStore, placement: Placement, (job, topic): (&'a str, &'a str), positions: BTreeMap<i32, i64>, emptied: Emptied) -> Self {
         Replayed {
             store,
-            key_groups,
+            placement,
+            key_groups: placement.groups(),
             job,
             topic,
             pending: BTreeMap::new(),
@@ -250,8 +257,10 @@ impl<'a> Replayed<'a> {
         let key = message.key().ok_or_else(|| foreign("it has no key".into()))?;
         if let Some(packed) = PackedRecord::parse(key, message.payload()) {
             let packed = packed.map_err(foreign)?;
-            if i64::from(packed.key.group) != i64::from(partition) {
-                return Err(foreign(format!("a packed record of key group {}, not {partition}", packed.key.group)));
+            let group = packed.key.group;
+            if group >= self.key_groups.count() || self.placement.partition_of(group) != partition {
+                let groups = self.key_groups.count();
+                return Err(foreign(format!("a packed record of key group {group}, which is not in this partition of a job of {groups} key groups")));
             }
             return self.add_packed(packed).map_err(|why| match why {
                 Replay::Foreign(why) => foreign(why),
@@ -271,8 +280,8 @@ impl<'a> Replayed<'a> {
             }
             ChangelogRecord::State { stage, key, state } => {
                 let group = self.key_groups.group_of(Some(key));
-                if i64::from(group) != i64::from(partition) {
-                    return Err(foreign(format!("its key belongs to key group {group}, not {partition}")));
+                if self.placement.partition_of(group) != partition {
+                    return Err(foreign(format!("its key belongs to key group {group}, which is not in this partition")));
                 }
                 self.log(stage, group)?.legacy = true;
                 self.push(stage, group, key, state)?;

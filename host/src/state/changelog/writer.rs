@@ -26,6 +26,8 @@ use crate::dataflow::TaskFailure;
 use crate::sink::Sink;
 use crate::state::packed::{BaseEnd, EntriesValue, Kind, PackedKey};
 
+use super::Placement;
+
 /// The least a subtask may spend on bases in one checkpoint, in bytes of keys and values;
 /// it may spend as much as its changes hold. A group's base is due once its segments
 /// outweigh it, so in a steady state bases cost about what the changes cost, and a
@@ -38,6 +40,7 @@ type Entry<'a> = (u32, &'a [u8], Option<&'a [u8]>);
 pub(crate) struct ChangelogWriter<'a> {
     sink: &'a Sink,
     topic: &'a str,
+    placement: Placement,
     stage: u32,
     /// Where a base reads the state of the checkpoint before its own.
     store: &'a CheckpointStore,
@@ -60,6 +63,8 @@ pub(crate) struct ChangelogWriter<'a> {
 pub(crate) struct StateOut<'a> {
     pub(crate) sink: &'a Sink,
     pub(crate) changelog_topic: &'a str,
+    /// Which of its partitions holds each key group.
+    pub(crate) placement: Placement,
     pub(crate) store: &'a CheckpointStore,
     /// The last checkpoint the folder has written into the store.
     pub(crate) folded: &'a AtomicU64,
@@ -74,6 +79,7 @@ impl<'a> ChangelogWriter<'a> {
         ChangelogWriter {
             sink: out.sink,
             topic: out.changelog_topic,
+            placement: out.placement,
             stage,
             store: out.store,
             folded: out.folded,
@@ -129,7 +135,7 @@ impl<'a> ChangelogWriter<'a> {
 
     fn write_per_key(&mut self, changes: &mut StateChanges) -> Result<(), TaskFailure> {
         let (mut records, mut bytes) = (0, 0);
-        let mut writer = super::StateWriter::new(self.sink, self.topic, self.stage);
+        let mut writer = super::StateWriter::new(self.sink, (self.topic, self.placement), self.stage);
         for (group, key, state) in changes.entries() {
             bytes += writer.send(group, key, state)? as u64;
             records += 1;
@@ -211,7 +217,7 @@ impl<'a> ChangelogWriter<'a> {
         let end = BaseEnd { n, chunks: base.base_chunks, entries, bytes: base.base_bytes };
         PackedKey { kind: Kind::BaseEnd, stage: self.stage, group, base: id, seq: 0 }.encode_into(&mut self.key);
         let end = end.encode(id);
-        self.sink.send_changelog(self.topic, group as i32, &self.key, Some(&end))?;
+        self.sink.send_changelog(self.topic, self.placement.partition_of(group), &self.key, Some(&end))?;
         bytes += (self.key.len() + end.len()) as u64;
         records += u64::from(base.base_chunks) + 1;
         Ok(((records, bytes), base))
@@ -237,10 +243,11 @@ impl<'a> ChangelogWriter<'a> {
         }
         if old.legacy {
             let (sink, topic, stage, store) = (self.sink, self.topic, self.stage, self.store);
+            let partition = self.placement.partition_of(group);
             let mut key = Vec::new();
             store.scan_group(stage, group, |user_key, _| -> Result<(), TaskFailure> {
                 layout::changelog_key_into(stage, user_key, &mut key);
-                sink.send_changelog(topic, group as i32, &key, None)?;
+                sink.send_changelog(topic, partition, &key, None)?;
                 removed += 1;
                 Ok(())
             })?;
@@ -254,14 +261,14 @@ impl<'a> ChangelogWriter<'a> {
             true => key.encode_v1_into(&mut self.key),
             false => key.encode_into(&mut self.key),
         }
-        self.sink.send_changelog(self.topic, key.group as i32, &self.key, None).map_err(TaskFailure::from)
+        self.sink.send_changelog(self.topic, self.placement.partition_of(key.group), &self.key, None).map_err(TaskFailure::from)
     }
 
     /// Sends the packed entries as one record; returns its bytes.
     fn flush(&mut self, kind: Kind, group: u32, base: u64, seq: u32) -> Result<u64, TaskFailure> {
         PackedKey { kind, stage: self.stage, group, base, seq }.encode_into(&mut self.key);
         let value = self.value.finish(base);
-        self.sink.send_changelog(self.topic, group as i32, &self.key, Some(value))?;
+        self.sink.send_changelog(self.topic, self.placement.partition_of(group), &self.key, Some(value))?;
         let bytes = (self.key.len() + value.len()) as u64;
         self.value.clear();
         Ok(bytes)
