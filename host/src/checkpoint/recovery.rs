@@ -3,7 +3,7 @@
 //! the checkpoint (`weir:ckpt=N`) whose snapshots the store must hold.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -58,8 +58,23 @@ pub(crate) struct ShardResume {
     pub(crate) checkpoint: Option<u64>,
 }
 
+/// How long a topic that is not in the brokers' metadata is asked for again: a broker
+/// answers from its own copy of the cluster's metadata, which may not hold a topic created
+/// a moment ago (by the script that starts the job) yet.
+pub(crate) const NEW_TOPIC_GRACE: Duration = Duration::from_secs(3);
+
 /// The partitions of `topic`, in order.
 pub(crate) fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<i32>, RecoveryError> {
+    let deadline = Instant::now() + NEW_TOPIC_GRACE;
+    loop {
+        match listed_partitions(consumer, brokers, topic, timeout) {
+            Err(RecoveryError::NoTopic { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            done => return done,
+        }
+    }
+}
+
+fn listed_partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<i32>, RecoveryError> {
     let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| RecoveryError::Unreachable {
         brokers: brokers.to_string(),
         topic: topic.to_string(),

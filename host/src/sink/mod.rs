@@ -18,6 +18,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::batch::{Batch, RecordRef};
 use crate::checkpoint::layout::{self, PartitionState, ShardMetadata};
+use crate::checkpoint::recovery::NEW_TOPIC_GRACE;
 use crate::dataflow::{DeadLetter, Event, InputTopics, Message, TaskFailure};
 
 pub mod config;
@@ -170,8 +171,14 @@ fn start_producer(
         client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating the producer", e))?;
     if check_topics {
         // The brokers' answer is the warm-up too: a connection is up from then on.
-        let metadata = producer.client().fetch_metadata(None, TOPICS_TIMEOUT).map_err(|e| kafka("listing the brokers' topics", e))?;
-        check_topics_exist(&metadata, config)?;
+        let deadline = Instant::now() + NEW_TOPIC_GRACE;
+        loop {
+            let metadata = producer.client().fetch_metadata(None, TOPICS_TIMEOUT).map_err(|e| kafka("listing the brokers' topics", e))?;
+            match check_topics_exist(&metadata, config) {
+                Err(SinkError::MissingTopic { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                checked => break checked?,
+            }
+        }
     } else if init.is_some() {
         warm_up(producer.client());
     }
