@@ -212,7 +212,7 @@ pub(super) fn recover_shard(
     step("restored the operators");
     sink.begin()?;
     tracing::info!(
-        job = %job.name, partitions = ?owned, key_groups = shard.groups(key_groups).count(), from_state_dir = rebuilt.cached, entries,
+        job = %job.name, partitions = ?owned, key_groups = shard.groups(key_groups).count(), changelog_partitions_from_state_dir = rebuilt.cached, entries,
         transactional_id = %transactional_id, duration_ms = started.elapsed().as_millis() as u64,
         "restored this process's partitions; running"
     );

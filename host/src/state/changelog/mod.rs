@@ -21,7 +21,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::checkpoint::layout;
+use crate::checkpoint::{layout, recovery};
 use crate::checkpoint::store::CheckpointStore;
 use crate::dataflow::{KeyGroups, Shard, TaskFailure};
 use crate::job::{Delivery, Job};
@@ -208,7 +208,8 @@ pub(crate) fn create_shard(job: &Job, placement: Placement, committed: bool) -> 
 pub(crate) struct Rebuilt {
     /// Entries read from the changelog.
     pub(crate) entries: u64,
-    /// Key groups replayed from the positions the store held (the rest from the start).
+    /// Changelog partitions replayed from the positions the store held (the rest from
+    /// the start).
     pub(crate) cached: usize,
     /// Per owned changelog partition, the offset the store's state now reflects.
     pub(crate) positions: BTreeMap<i32, i64>,
@@ -836,8 +837,8 @@ fn create(job: &Job, topic: &str, placement: Placement) -> Result<(), TaskFailur
     for result in results {
         match result {
             Ok(_) => {}
-            // Created meanwhile by another instance: the next prepare checks it.
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            // Created meanwhile, by another process of the job or by hand.
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => return created_meanwhile(job, topic, placement),
             Err((_, code)) => {
                 return Err(TaskFailure::Kafka(format!(
                     "creating the changelog topic `{topic}` ({partitions} partitions, compacted) on {}: {code}; create \
@@ -849,6 +850,29 @@ fn create(job: &Job, topic: &str, placement: Placement) -> Result<(), TaskFailur
     }
     tracing::info!(topic, partitions, "created the changelog topic");
     Ok(())
+}
+
+/// A changelog someone else created while this process meant to: used as it is only
+/// with the partition count this process would have given it (another process of the
+/// job gives the same); any other count ends the attempt, and the next one's `prepare`
+/// takes the topic as it finds it, before anything is written into it.
+fn created_meanwhile(job: &Job, topic: &str, placement: Placement) -> Result<(), TaskFailure> {
+    let deadline = Instant::now() + recovery::NEW_TOPIC_GRACE;
+    let found = loop {
+        match partition_count(job, topic)? {
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            found => break found,
+        }
+    };
+    if found == Some(placement.partitions()) {
+        return Ok(());
+    }
+    Err(TaskFailure::Kafka(format!(
+        "the changelog topic `{topic}` on {} was created by someone else while this process created it, with {}          partitions where it meant {}: the job starts again and takes the topic as it is",
+        job.producer.brokers,
+        found.map_or_else(|| "unknown".to_string(), |n| n.to_string()),
+        placement.partitions()
+    )))
 }
 
 fn wrong_partitions(job: &Job, topic: &str, found: u32, key_groups: KeyGroups) -> TaskFailure {
