@@ -61,17 +61,28 @@ pub(crate) struct ShardResume {
 /// How long a topic that is not in the brokers' metadata is asked for again: a broker
 /// answers from its own copy of the cluster's metadata, which may not hold a topic created
 /// a moment ago (by the script that starts the job) yet.
-pub(crate) const NEW_TOPIC_GRACE: Duration = Duration::from_secs(3);
+const NEW_TOPIC_GRACE: Duration = Duration::from_secs(3);
+const ASK_AGAIN: Duration = Duration::from_millis(100);
+
+/// `ask`'s answer, asked again for up to `NEW_TOPIC_GRACE` while `unlisted` says it lacks
+/// a topic the brokers may not know of yet.
+pub(crate) fn until_listed<T>(mut ask: impl FnMut() -> T, unlisted: impl Fn(&T) -> bool) -> T {
+    let deadline = Instant::now() + NEW_TOPIC_GRACE;
+    loop {
+        let answer = ask();
+        if !unlisted(&answer) || Instant::now() >= deadline {
+            return answer;
+        }
+        std::thread::sleep(ASK_AGAIN);
+    }
+}
 
 /// The partitions of `topic`, in order.
 pub(crate) fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<i32>, RecoveryError> {
-    let deadline = Instant::now() + NEW_TOPIC_GRACE;
-    loop {
-        match listed_partitions(consumer, brokers, topic, timeout) {
-            Err(RecoveryError::NoTopic { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            done => return done,
-        }
-    }
+    until_listed(
+        || listed_partitions(consumer, brokers, topic, timeout),
+        |answer| matches!(answer, Err(RecoveryError::NoTopic { .. })),
+    )
 }
 
 fn listed_partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<i32>, RecoveryError> {

@@ -18,7 +18,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::batch::{Batch, RecordRef};
 use crate::checkpoint::layout::{self, PartitionState, ShardMetadata};
-use crate::checkpoint::recovery::NEW_TOPIC_GRACE;
+use crate::checkpoint::recovery::until_listed;
 use crate::dataflow::{DeadLetter, Event, InputTopics, Message, TaskFailure};
 
 pub mod config;
@@ -171,14 +171,13 @@ fn start_producer(
         client.create_with_context(SinkContext::default()).map_err(|e| kafka("creating the producer", e))?;
     if check_topics {
         // The brokers' answer is the warm-up too: a connection is up from then on.
-        let deadline = Instant::now() + NEW_TOPIC_GRACE;
-        loop {
-            let metadata = producer.client().fetch_metadata(None, TOPICS_TIMEOUT).map_err(|e| kafka("listing the brokers' topics", e))?;
-            match check_topics_exist(&metadata, config) {
-                Err(SinkError::MissingTopic { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-                checked => break checked?,
-            }
-        }
+        until_listed(
+            || {
+                let metadata = producer.client().fetch_metadata(None, TOPICS_TIMEOUT).map_err(|e| kafka("listing the brokers' topics", e))?;
+                check_topics_exist(&metadata, config)
+            },
+            |checked| matches!(checked, Err(SinkError::MissingTopic { .. })),
+        )?;
     } else if init.is_some() {
         warm_up(producer.client());
     }

@@ -857,18 +857,13 @@ fn create(job: &Job, topic: &str, placement: Placement) -> Result<(), TaskFailur
 /// job gives the same); any other count ends the attempt, and the next one's `prepare`
 /// takes the topic as it finds it, before anything is written into it.
 fn created_meanwhile(job: &Job, topic: &str, placement: Placement) -> Result<(), TaskFailure> {
-    let deadline = Instant::now() + recovery::NEW_TOPIC_GRACE;
-    let found = loop {
-        match partition_count(job, topic)? {
-            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            found => break found,
-        }
-    };
+    let found = recovery::until_listed(|| partition_count(job, topic), |found| matches!(found, Ok(None)))?;
     if found == Some(placement.partitions()) {
         return Ok(());
     }
     Err(TaskFailure::Kafka(format!(
-        "the changelog topic `{topic}` on {} was created by someone else while this process created it, with {}          partitions where it meant {}: the job starts again and takes the topic as it is",
+        "the changelog topic `{topic}` on {} was created by someone else while this process created it, with {} \
+         partitions where it meant {}: the job starts again and takes the topic as it is",
         job.producer.brokers,
         found.map_or_else(|| "unknown".to_string(), |n| n.to_string()),
         placement.partitions()
