@@ -75,6 +75,7 @@
 mod config;
 mod emit;
 mod error;
+mod key;
 pub mod join;
 pub mod json;
 pub mod log;

@@ -230,16 +230,49 @@ pub(crate) struct Round<T = Box<[u8]>> {
 }
 
 impl Round {
-    /// A round over `keys`, duplicates dropped (hashed, not sorted: linear in the keys;
-    /// the set borrows them, so no key is copied).
+    /// A round over `keys`, duplicates dropped (hashed, not sorted: linear in the keys).
     pub(crate) fn new(keys: Vec<Box<[u8]>>) -> Self {
-        let mut seen: hashbrown::HashSet<&[u8], foldhash::fast::FixedState> =
-            hashbrown::HashSet::with_capacity_and_hasher(keys.len(), Default::default());
-        let first: Vec<bool> = keys.iter().map(|key| seen.insert(&key[..])).collect();
-        drop(seen);
+        let first = first_of_each(keys.len(), |index| &keys[index]);
         let unique = keys.into_iter().zip(first).filter_map(|(key, first)| first.then_some(key)).collect();
         Round::distinct(unique)
     }
+}
+
+impl Round<Span> {
+    /// A round over the keys `spans` cut out of `bytes`, duplicates dropped.
+    pub(crate) fn of_spans(bytes: &[u8], spans: Vec<Span>) -> Self {
+        let first = first_of_each(spans.len(), |index| span(bytes, spans[index]));
+        let unique = spans.into_iter().zip(first).filter_map(|(span, first)| first.then_some(span)).collect();
+        Round::distinct(unique)
+    }
+}
+
+/// A key's place in a buffer of keys: its offset and length.
+pub(crate) type Span = (u32, u32);
+
+/// The key `span` of `bytes`.
+#[inline]
+pub(crate) fn span(bytes: &[u8], (offset, len): Span) -> &[u8] {
+    &bytes[offset as usize..][..len as usize]
+}
+
+/// Whether each of `count` keys (`key(i)`) is the first of its bytes: one hash and,
+/// on a match, one comparison per key, a word at a time (`crate::key`); no key copied.
+fn first_of_each<'a>(count: usize, key: impl Fn(usize) -> &'a [u8]) -> Vec<bool> {
+    let mut seen: hashbrown::HashTable<u32> = hashbrown::HashTable::with_capacity(count);
+    (0..count)
+        .map(|index| {
+            let bytes = key(index);
+            let hash = crate::key::hash(bytes);
+            match seen.find(hash, |&other| crate::key::equal(key(other as usize), bytes)) {
+                Some(_) => false,
+                None => {
+                    seen.insert_unique(hash, index as u32, |&other| crate::key::hash(key(other as usize)));
+                    true
+                }
+            }
+        })
+        .collect()
 }
 
 impl<T> Round<T> {

@@ -3,17 +3,20 @@
 //! On this per-record path a lookup allocates nothing and tries the newest window first.
 //!
 //! Changes are tracked per slot: the first touch of a (window, key) since the last
-//! snapshot round sets its flag and notes it in its window; firing a window notes its
-//! keys. A round visits only what was noted, so its cost follows the change.
+//! snapshot round notes it in its window (the slot remembers the round it was noted
+//! for, so starting a round clears every note at once); firing a window notes its keys.
+//! A round visits only what was noted, so its cost follows the change, and copies the
+//! keys it hands over into one buffer, not one allocation each.
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
-use super::{NO_WATERMARK, Window, key};
+use super::{NO_WATERMARK, Window};
+use crate::key;
 use crate::error::Error;
-use crate::state::{Changes, Drained, Round, duplicate};
+use crate::state::{Changes, Drained, Round, Span, duplicate, span};
 
 #[derive(Debug)]
 pub(super) struct FixedWindows<A> {
@@ -24,10 +27,16 @@ pub(super) struct FixedWindows<A> {
     watermark: i64,
     /// Records dropped because all their windows had already fired (not checkpointed).
     late: u64,
-    /// Keys of windows fired since the last snapshot round: their state changed.
-    fired: Vec<Box<[u8]>>,
-    /// The snapshot round being handed over.
-    round: Option<Round>,
+    /// Keys of windows fired since the last snapshot round (their state changed), back
+    /// to back in `noted`; a round adds the keys its windows noted.
+    fired: Vec<Span>,
+    noted: Vec<u8>,
+    /// The windows those keys were fired from.
+    fired_windows: usize,
+    /// The round changes are noted for now; starting a snapshot round moves it on.
+    epoch: u64,
+    /// The snapshot round being handed over, over keys in `noted`.
+    round: Option<Round<Span>>,
 }
 
 /// One key's open windows as a checkpoint stores them: the window size (so a restore
@@ -53,8 +62,8 @@ struct Pane<A> {
     start: i64,
     keys: Vec<u8>,
     slots: HashTable<Slot<A>>,
-    /// `(offset, len)` of the keys whose slot changed since the last snapshot round.
-    changed: Vec<(u32, u32)>,
+    /// The keys whose slot changed since the last snapshot round.
+    changed: Vec<Span>,
 }
 
 #[derive(Debug)]
@@ -63,8 +72,9 @@ struct Slot<A> {
     hash: u64,
     offset: u32,
     len: u32,
-    /// Set on the first change since the last snapshot round.
-    changed: bool,
+    /// The round this slot's change was noted for: changed since the last snapshot
+    /// round if that is the current one (restored slots: 0, no round).
+    noted: u64,
     accumulator: A,
 }
 
@@ -80,15 +90,13 @@ impl<A> Pane<A> {
 
     fn find(&self, hash: u64, key: &[u8]) -> Option<&Slot<A>> {
         let keys = &self.keys;
-        self.slots.find(hash, |slot| {
-            key::equal(&keys[slot.offset as usize..][..slot.len as usize], key)
-        })
+        self.slots
+            .find(hash, |slot| key::equal(span(keys, (slot.offset, slot.len)), key))
     }
 
-
     /// The accumulator of `key`, made by `make` if the key is new to the window; the
-    /// slot counts as changed.
-    fn accumulator(&mut self, key: &[u8], make: impl FnOnce() -> A) -> &mut A {
+    /// slot counts as changed in round `epoch`.
+    fn accumulator(&mut self, key: &[u8], epoch: u64, make: impl FnOnce() -> A) -> &mut A {
         let hash = key::hash(key);
         let Pane {
             keys,
@@ -98,14 +106,14 @@ impl<A> Pane<A> {
         } = self;
         let entry = slots.entry(
             hash,
-            |slot| key::equal(&keys[slot.offset as usize..][..slot.len as usize], key),
+            |slot| key::equal(span(keys, (slot.offset, slot.len)), key),
             |slot| slot.hash,
         );
         match entry {
             Entry::Occupied(occupied) => {
                 let slot = occupied.into_mut();
-                if !slot.changed {
-                    slot.changed = true;
+                if slot.noted != epoch {
+                    slot.noted = epoch;
                     changed.push((slot.offset, slot.len));
                 }
                 &mut slot.accumulator
@@ -120,7 +128,7 @@ impl<A> Pane<A> {
                     hash,
                     offset,
                     len,
-                    changed: true,
+                    noted: epoch,
                     accumulator: make(),
                 };
                 &mut vacant.insert(slot).into_mut().accumulator
@@ -141,35 +149,37 @@ impl<A> Pane<A> {
             hash,
             offset,
             len: key.len() as u32,
-            changed: false,
+            noted: 0,
             accumulator,
         };
         self.slots.insert_unique(hash, slot, |slot| slot.hash);
         Ok(())
     }
 
-    /// Clears the change flags and returns the keys that had one set.
-    fn take_changed(&mut self, into: &mut Vec<Box<[u8]>>) {
-        for (offset, len) in self.changed.drain(..) {
-            let key = &self.keys[offset as usize..][..len as usize];
-            let hash = key::hash(key);
-            let keys = &self.keys;
-            if let Some(slot) = self.slots.find_mut(hash, |slot| slot.offset == offset) {
-                slot.changed = false;
-            }
-            into.push(keys[offset as usize..][..len as usize].into());
+    /// Copies the keys noted since the last snapshot round to the end of `bytes`, their
+    /// spans to `spans`; the notes are dropped (the round moving on clears the slots').
+    fn take_changed(&mut self, bytes: &mut Vec<u8>, spans: &mut Vec<Span>) {
+        for noted in self.changed.drain(..) {
+            spans.push(push_key(bytes, span(&self.keys, noted)));
         }
     }
 
-    /// Every (key, accumulator) ordered by key bytes.
+    /// Every (key, accumulator) ordered by key bytes. Sorted by each key's first eight
+    /// bytes, held beside its slot, and only keys alike that far compared whole: most
+    /// comparisons touch no key.
     fn into_sorted(self) -> (Vec<u8>, Vec<Slot<A>>) {
-        let mut slots: Vec<Slot<A>> = self.slots.into_iter().collect();
         let keys = self.keys;
-        slots.sort_unstable_by(|a, b| {
-            keys[a.offset as usize..][..a.len as usize]
-                .cmp(&keys[b.offset as usize..][..b.len as usize])
+        let mut slots: Vec<(u64, Slot<A>)> = self
+            .slots
+            .into_iter()
+            .map(|slot| (key::prefix(span(&keys, (slot.offset, slot.len))), slot))
+            .collect();
+        slots.sort_unstable_by(|(a_prefix, a), (b_prefix, b)| {
+            a_prefix.cmp(b_prefix).then_with(|| {
+                key::compare(span(&keys, (a.offset, a.len)), span(&keys, (b.offset, b.len)))
+            })
         });
-        (keys, slots)
+        (keys, slots.into_iter().map(|(_, slot)| slot).collect())
     }
 }
 
@@ -182,6 +192,9 @@ impl<A> FixedWindows<A> {
             watermark: NO_WATERMARK,
             late: 0,
             fired: Vec::new(),
+            noted: Vec::new(),
+            fired_windows: 0,
+            epoch: 1,
             round: None,
         }
     }
@@ -210,7 +223,7 @@ impl<A> FixedWindows<A> {
     {
         debug_assert!(!self.has_fired(start));
         let index = self.pane_index(start);
-        self.windows[index].accumulator(key, A::default)
+        self.windows[index].accumulator(key, self.epoch, A::default)
     }
 
     /// The index of the window starting at `start`, opened if new. Searched from the
@@ -258,10 +271,11 @@ impl<A> FixedWindows<A> {
                 break;
             }
             let pane = self.windows.pop_front().expect("the front window exists");
+            self.fired_windows += 1;
             let (keys, slots) = pane.into_sorted();
             for slot in slots {
-                let key = &keys[slot.offset as usize..][..slot.len as usize];
-                self.fired.push(key.into());
+                let key = span(&keys, (slot.offset, slot.len));
+                self.fired.push(push_key(&mut self.noted, key));
                 emit(window, key, slot.accumulator);
             }
         }
@@ -274,16 +288,11 @@ impl<A: Serialize> FixedWindows<A> {
     pub(super) fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error> {
         let mut round = match self.round.take() {
             Some(round) => round,
-            None => {
-                let mut keys = std::mem::take(&mut self.fired);
-                for pane in &mut self.windows {
-                    pane.take_changed(&mut keys);
-                }
-                Round::new(keys)
-            }
+            None => self.begin_round(),
         };
         let mut windows: Vec<(i64, &A)> = Vec::new();
-        let drained = round.hand_over(|key| {
+        let drained = round.hand_over(|&noted| {
+            let key = span(&self.noted, noted);
             let hash = key::hash(key);
             windows.clear();
             windows.extend(
@@ -301,11 +310,37 @@ impl<A: Serialize> FixedWindows<A> {
             changes.put(key, &entry)
         })?;
         drop(windows);
-        if drained == Drained::More {
-            self.round = Some(round);
+        match drained {
+            Drained::More => self.round = Some(round),
+            Drained::All => self.noted.clear(),
         }
         Ok(drained)
     }
+
+    /// A round over the keys fired or noted since the last, each once; changes from now
+    /// on are noted for the next.
+    fn begin_round(&mut self) -> Round<Span> {
+        // The keys fired from or noted in one window are distinct; those of several
+        // windows may repeat one.
+        let changed_windows = self.windows.iter().filter(|pane| !pane.changed.is_empty()).count();
+        let distinct = std::mem::take(&mut self.fired_windows) + changed_windows <= 1;
+        let mut spans = std::mem::take(&mut self.fired);
+        for pane in &mut self.windows {
+            pane.take_changed(&mut self.noted, &mut spans);
+        }
+        self.epoch += 1;
+        match distinct {
+            true => Round::distinct(spans),
+            false => Round::of_spans(&self.noted, spans),
+        }
+    }
+}
+
+/// Appends `key` to `bytes`; returns where it lies.
+fn push_key(bytes: &mut Vec<u8>, key: &[u8]) -> Span {
+    let offset = u32::try_from(bytes.len()).expect("the keys of one round stay below 4 GiB");
+    bytes.extend_from_slice(key);
+    (offset, key.len() as u32)
 }
 
 impl<A> FixedWindows<A> {

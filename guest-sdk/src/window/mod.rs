@@ -4,7 +4,6 @@
 //! the keys it changes, and a key's entry holds all its open windows.
 
 mod fixed;
-mod key;
 mod session;
 mod sliding;
 mod tumbling;

@@ -8,7 +8,8 @@ use std::collections::BinaryHeap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{KeyMap, Merge, NO_WATERMARK, Window, key};
+use super::{KeyMap, Merge, NO_WATERMARK, Window};
+use crate::key;
 use crate::error::Error;
 use crate::state::{Changes, Drained, KeyedState, Round, duplicate};
 

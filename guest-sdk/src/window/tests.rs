@@ -48,6 +48,7 @@ fn changes<W: KeyedState>(windows: &mut W) -> StateChunk {
         assert!(chunk.data.len() <= 64 || chunk.len() == 1, "{} bytes", chunk.data.len());
     }
     entries.sort();
+    assert!(entries.windows(2).all(|pair| pair[0].0 != pair[1].0), "a key comes twice in one round: {entries:?}");
     let mut all = StateChunk::default();
     for (key, value) in &entries {
         all.push(key, value.as_deref());
@@ -418,6 +419,28 @@ fn a_round_holds_the_changed_keys_only_and_fired_keys_as_removals() {
         entries,
         [(b"a".to_vec(), true), (b"b".to_vec(), false), (b"c".to_vec(), false)]
     );
+}
+
+#[test]
+fn a_round_holds_each_key_once_whatever_windows_noted_it() {
+    let mut w = TumblingWindows::<u64>::new(100).unwrap();
+    for start in [0, 100, 200, 300] {
+        *w.accumulator(b"k", start + 5).unwrap() += 1;
+    }
+    *w.accumulator(b"only-first", 5).unwrap() += 1;
+    assert_eq!(changes(&mut w).len(), 2, "noted in four windows, each key once");
+
+    // Two windows fire together, a third changes: `k` is fired twice and noted once.
+    *w.accumulator(b"k", 205).unwrap() += 1;
+    w.fire(200, |_, _, _| {});
+    let round = changes(&mut w);
+    let entries: Vec<_> = round.iter().map(|e| e.unwrap()).map(|(k, v)| (k.to_vec(), v.is_some())).collect();
+    assert_eq!(entries, [(b"k".to_vec(), true), (b"only-first".to_vec(), false)]);
+
+    // A change in a window noted in an earlier round counts again in the next.
+    *w.accumulator(b"k", 305).unwrap() += 1;
+    assert_eq!(changes(&mut w).len(), 1);
+    assert!(changes(&mut w).is_empty(), "nothing changed since");
 }
 
 #[test]

@@ -1,13 +1,14 @@
-//! Hashing and comparing keys on the per-record path, a word at a time: in Wasm,
-//! slice comparison calls wasi-libc's byte-wise `memcmp` and general hashers emulate
-//! a 64x64->128 multiply. The seed is fixed: no entropy is asked of the host.
+//! Hashing and comparing keys on the per-record path and in snapshot rounds, a word at
+//! a time: in Wasm, slice comparison calls wasi-libc's byte-wise `memcmp` and general
+//! hashers emulate a 64x64->128 multiply. The seed is fixed: no entropy is asked of the
+//! host.
 
 const SEED: u64 = 0x243f_6a88_85a3_08d3;
 const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// A 64-bit hash of `key` whose high and low bits both vary, as hashbrown needs.
 #[inline]
-pub(super) fn hash(key: &[u8]) -> u64 {
+pub(crate) fn hash(key: &[u8]) -> u64 {
     let mut hash = SEED ^ (key.len() as u64).wrapping_mul(MULTIPLIER);
     let mut words = key.chunks_exact(8);
     for word in &mut words {
@@ -32,7 +33,7 @@ fn mix(value: u64) -> u64 {
 
 /// `a == b`, comparing eight bytes at a time.
 #[inline]
-pub(super) fn equal(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn equal(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -52,8 +53,19 @@ pub(super) fn equal(a: &[u8], b: &[u8]) -> bool {
         .all(|(x, y)| x == y)
 }
 
+/// A key's first eight bytes as a big-endian integer, zero-padded: ordered as the keys
+/// are, except that a key ties with its zero-padded longer ones ([`compare`] breaks it).
+#[inline]
+pub(crate) fn prefix(key: &[u8]) -> u64 {
+    let mut head = [0u8; 8];
+    let len = key.len().min(8);
+    head[..len].copy_from_slice(&key[..len]);
+    u64::from_be_bytes(head)
+}
+
 /// Lexicographic byte order, as `a.cmp(b)`, comparing eight bytes at a time.
-pub(super) fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+#[inline]
+pub(crate) fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     let mut a_words = a.chunks_exact(8);
     let mut b_words = b.chunks_exact(8);
     for (x, y) in (&mut a_words).zip(&mut b_words) {
@@ -114,6 +126,18 @@ mod tests {
                 assert_eq!(compare(a, b), a.cmp(b), "{a:?} {b:?}");
             }
         }
+    }
+
+    #[test]
+    fn prefix_orders_as_the_keys_up_to_ties() {
+        let keys: [&[u8]; 6] = [b"", b"a", b"a\0", b"ab", b"abcdefgh", b"abcdefgh\xff"];
+        for a in keys {
+            for b in keys {
+                let (pa, pb) = (prefix(a), prefix(b));
+                assert!(pa == pb || pa.cmp(&pb) == a.cmp(b), "{a:?} {b:?}");
+            }
+        }
+        assert_eq!(prefix(b"abcdefgh"), prefix(b"abcdefgh\xff"), "only eight bytes count");
     }
 
     #[test]
