@@ -90,49 +90,28 @@ pub(crate) fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 mod tests {
     use super::*;
 
+    /// Keys alike in length, in their first eight bytes, or in both.
+    const KEYS: [&[u8]; 12] = [
+        b"",
+        b"a",
+        b"a\0",
+        b"ab",
+        b"b",
+        b"abcdefgh",
+        b"abcdefgi",
+        b"abcdefghi",
+        b"abcdefghj",
+        b"abcdefgh\0",
+        b"\xffabcdefg",
+        b"abcdefghij",
+    ];
+
     #[test]
-    fn equal_agrees_with_slice_equality() {
-        let keys: [&[u8]; 7] = [
-            b"",
-            b"a",
-            b"b",
-            b"abcdefgh",
-            b"abcdefgi",
-            b"abcdefghi",
-            b"abcdefghj",
-        ];
-        for a in keys {
-            for b in keys {
+    fn equal_and_compare_agree_with_slices_and_prefix_with_their_order() {
+        for a in KEYS {
+            for b in KEYS {
                 assert_eq!(equal(a, b), a == b, "{a:?} {b:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn compare_agrees_with_slice_order() {
-        let keys: [&[u8]; 9] = [
-            b"",
-            b"a",
-            b"b",
-            b"abcdefgh",
-            b"abcdefgi",
-            b"abcdefghi",
-            b"abcdefgh\0",
-            b"\xffabcdefg",
-            b"abcdefghij",
-        ];
-        for a in keys {
-            for b in keys {
                 assert_eq!(compare(a, b), a.cmp(b), "{a:?} {b:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn prefix_orders_as_the_keys_up_to_ties() {
-        let keys: [&[u8]; 6] = [b"", b"a", b"a\0", b"ab", b"abcdefgh", b"abcdefgh\xff"];
-        for a in keys {
-            for b in keys {
                 let (pa, pb) = (prefix(a), prefix(b));
                 assert!(pa == pb || pa.cmp(&pb) == a.cmp(b), "{a:?} {b:?}");
             }
