@@ -465,6 +465,46 @@ fn a_lost_state_dir_and_changelog_is_a_clear_error_and_commits_nothing() {
     assert_exact(&job, &input);
 }
 
+/// A job file that sets no key groups takes its input's default (128 here), but the
+/// job's checkpoints were taken with 32: with the state_dir lost, the state is rebuilt
+/// from the changelog by the count its checkpoint record names, and the job goes on,
+/// exact. A job file that names yet another count is refused with the count to set.
+#[test]
+fn a_lost_state_dir_is_rebuilt_with_the_key_groups_the_changelog_recorded() {
+    let job = job::job_dir("lost-store-groups");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.window_count(2, 200, WINDOW_MS as u64, "");
+    let mut clicks = Clicks::new(5, PARTITIONS, 100);
+    let mut input = clicks.take(3_000);
+    support::produce(&job.input, &input);
+    let first = log_of(&job, "first.log");
+    let mut child = job::start(&job.path(), &first, &[]);
+    job::wait_for_more(&first, "checkpoint committed", 0, Duration::from_secs(60));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&first));
+    assert!(job::read_log(&first).contains("key_groups=32"), "{}", job::read_log(&first));
+
+    job.set_key_groups(64);
+    std::fs::remove_dir_all(job.state_dir()).unwrap();
+    let refused = log_of(&job, "refused.log");
+    let mut child = job::start(&job.path(), &refused, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
+    assert!(!status.success());
+    let text = job::read_log(&refused);
+    assert!(text.contains("key_groups = 64") && text.contains("set key_groups = 32"), "unclear error:\n{text}");
+
+    let unset = std::fs::read_to_string(job.path()).unwrap().replace("key_groups = 64\n", "");
+    std::fs::write(job.path(), unset).unwrap();
+    let rest: Vec<clicks::Input> = clicks.take(2_000).into_iter().chain(clicks.flush()).collect();
+    support::produce(&job.input, &rest);
+    input.extend(rest);
+    std::fs::remove_dir_all(job.state_dir()).ok();
+    finish_window_count(&job, &input, "second.log");
+    let text = job::read_log(&log_of(&job, "second.log"));
+    assert!(text.contains("key_groups=32"), "the job must go on with the recorded key groups:\n{text}");
+    assert_exact(&job, &input);
+}
+
 #[test]
 fn foreign_records_in_the_changelog_are_a_clear_error() {
     let (job, input) = window_count_job("foreign-changelog", 1_000);

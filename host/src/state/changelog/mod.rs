@@ -520,15 +520,35 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, (n, expected): (u64, 
     // More partitions than groups: one partition per key group, as weir created them
     // before placements (the checkpoint record read says how many there are).
     let groups = if partitions > expected.count() { KeyGroups::new(partitions) } else { expected };
-    let placement = Placement::new(groups, partitions);
-    let looked = Looked { placement, policy };
     let tail = tail_start(job, (&topic, partitions), base, || Ok(retention), &ends)?;
+    let placement = Placement::new(groups, partitions);
+    let placement = match replay_from(job, store, (n, base), (&topic, placement), &tail) {
+        Err(TaskFailure::Incompatible(why)) => {
+            // The job file, or its input's default, may give other key groups than the
+            // job's checkpoints were taken with, and its records then lie in groups that
+            // count does not place them in: the replay goes by the recorded count, and a
+            // job file that names another is refused after it, with the count to set.
+            let recorded = recorded_groups(job, &topic, &ends)?.filter(|&recorded| recorded != groups.count() && recorded >= partitions);
+            let Some(recorded) = recorded else { return Err(TaskFailure::Incompatible(why)) };
+            tracing::info!(checkpoint = n, key_groups = recorded, "the changelog's checkpoints were taken with {recorded} key groups, not {}: replaying by them", groups.count());
+            let placement = Placement::new(KeyGroups::new(recorded), partitions);
+            replay_from(job, store, (n, base), (&topic, placement), &tail)?;
+            placement
+        }
+        replayed => replayed.map(|()| placement)?,
+    };
+    Ok(Looked { placement, policy })
+}
+
+/// Replays the changelog into the store from where `tail` says, its records placed by
+/// `placement`; from the whole topic if its tail cannot give checkpoint `n`.
+fn replay_from(job: &Job, store: &CheckpointStore, (n, base): (u64, &StateBase), (topic, placement): (&str, Placement), tail: &Tail) -> Result<(), TaskFailure> {
     if job.producer.delivery == Delivery::AtLeastOnce {
         // Written outside transactions, the changelog may hold changes of the checkpoint
         // after `n`, and its last checkpoint record with them: the store keeps `n`'s
         // entry, and the state may run ahead of it, as at-least-once allows.
         return match tail {
-            Tail::From(from) => replay(job, store, n, &topic, placement, Some(&from)).map(|()| looked),
+            Tail::From(from) => replay(job, store, n, topic, placement, Some(from)),
             Tail::Whole(why) => Err(TaskFailure::Incompatible(format!(
                 "the state in the state_dir {} is that of checkpoint {}, not {n}, and {why}; an at-least-once job \
                  cannot rebuild from its whole changelog, which it writes outside transactions: restore the \
@@ -540,15 +560,49 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, (n, expected): (u64, 
         };
     }
     match tail {
-        Tail::From(from) => match replay(job, store, n, &topic, placement, Some(&from)) {
+        Tail::From(from) => match replay(job, store, n, topic, placement, Some(from)) {
             Err(TaskFailure::Incompatible(why)) => {
                 tracing::warn!(checkpoint = n, from = base.n, "the changelog's tail cannot give checkpoint {n} ({why}); rebuilding from the whole topic");
             }
-            other => return other.map(|()| looked),
+            other => return other,
         },
         Tail::Whole(why) => tracing::info!(checkpoint = n, from = base.n, "rebuilding keyed state from the whole changelog: {why}"),
     }
-    replay(job, store, n, &topic, placement, None).map(|()| looked)
+    replay(job, store, n, topic, placement, None)
+}
+
+/// Records read back from the end of partition 0 for its last checkpoint record, at
+/// first: a checkpoint's transaction writes it last, so only the commit's marker follows
+/// it. Each further try reads back [`FURTHER_BACK`] times as far, the last from the start.
+const FIRST_TAIL: i64 = 16;
+const FURTHER_BACK: i64 = 64;
+
+/// The key groups the changelog's last committed checkpoint record names, if it holds
+/// one that names them.
+fn recorded_groups(job: &Job, topic: &str, ends: &Ends) -> Result<Option<u32>, TaskFailure> {
+    let zero = BTreeSet::from([0]);
+    let (Some(&(_, start)), Some(&(_, end))) = (ends.starts(&zero)?.first(), ends.of(&zero)?.first()) else { return Ok(None) };
+    let mut tail = FIRST_TAIL;
+    loop {
+        let from = (end - tail).max(start);
+        let consumer = reader_for(job, topic, std::iter::once((0, Offset::Offset(from))))?;
+        let mut last = None;
+        read_to_end(&consumer, topic, 1, |_, _, message| {
+            if let Some(key) = message.key()
+                && let Ok(layout::ChangelogRecord::Checkpoint(checkpoint)) = layout::parse_changelog(key, message.payload())
+            {
+                last = Some(checkpoint);
+            }
+            Ok(())
+        })?;
+        if let Some(checkpoint) = last {
+            return Ok(layout::decode(&checkpoint).ok().and_then(|snapshot| snapshot.shape.key_groups));
+        }
+        if from == start {
+            return Ok(None);
+        }
+        tail = tail.saturating_mul(FURTHER_BACK);
+    }
 }
 
 /// What `catch_up` saw of the changelog topic, which `prepare` need not ask again.
