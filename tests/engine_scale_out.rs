@@ -405,3 +405,24 @@ fn partitions_added_to_the_input_are_refused_by_name() {
     assert!(status.is_some_and(|s| !s.success()), "a process ran on the grown input ({status:?}):\n{text}");
     assert!(text.contains("partitions were added"), "the refusal does not say why:\n{text}");
 }
+
+/// A scaled-out job's offsets record its key groups: a job file that names another
+/// count is refused with the count to set, before any state is read.
+#[test]
+fn changed_key_groups_are_refused_by_name() {
+    let job = scale_out_job("so-groups");
+    let mut clicks = Clicks::new(7, PARTITIONS, 200);
+    support::produce(&job.input, &clicks.take_keyed(1_000));
+    let mut first = Process::start(&job, 0);
+    wait_for_commit(&first);
+    let status = job::terminate(&mut first.child, Duration::from_secs(60));
+    assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
+
+    job.set_key_groups(2 * job::KEY_GROUPS);
+    let mut second = Process::start(&job, 1);
+    let status = job::wait(&mut second.child, Duration::from_secs(90));
+    let text = second.log();
+    assert!(status.is_some_and(|s| !s.success()), "a process ran with other key groups ({status:?}):\n{text}");
+    let named = format!("set key_groups = {}", job::KEY_GROUPS);
+    assert!(text.contains(&named), "the refusal does not name the count to set:\n{text}");
+}

@@ -474,9 +474,11 @@ pub struct ShardMetadata {
     pub shape: Option<u64>,
     /// The lowest partition the committing process owned, which names its producer.
     pub by: Option<i32>,
+    /// The job's key groups (weir up to commit 76f81c8 did not record them).
+    pub key_groups: Option<u32>,
 }
 
-/// The offset metadata of `meta`: `weir:ckpt=N;ts=T;p=P;shape=H;by=B`.
+/// The offset metadata of `meta`: `weir:ckpt=N;ts=T;p=P;shape=H;by=B;g=G`.
 pub fn shard_offset_metadata(meta: &ShardMetadata) -> String {
     let mut text = format!("{OFFSET_METADATA_PREFIX}{}", meta.n);
     let fields = [
@@ -484,6 +486,7 @@ pub fn shard_offset_metadata(meta: &ShardMetadata) -> String {
         ("p", meta.partitions.map(|p| p.to_string())),
         ("shape", meta.shape.map(|h| format!("{h:016x}"))),
         ("by", meta.by.map(|p| p.to_string())),
+        ("g", meta.key_groups.map(|g| g.to_string())),
     ];
     for (key, value) in fields {
         if let Some(value) = value {
@@ -497,7 +500,8 @@ pub fn shard_offset_metadata(meta: &ShardMetadata) -> String {
 /// weir did not write it. Fields it does not know are skipped.
 pub fn parse_shard_offset_metadata(metadata: &str) -> Option<ShardMetadata> {
     let mut fields = metadata.strip_prefix(OFFSET_METADATA_PREFIX)?.split(';');
-    let mut meta = ShardMetadata { n: fields.next()?.parse().ok()?, max_timestamp: None, partitions: None, shape: None, by: None };
+    let mut meta =
+        ShardMetadata { n: fields.next()?.parse().ok()?, max_timestamp: None, partitions: None, shape: None, by: None, key_groups: None };
     for field in fields {
         let (key, value) = field.split_once('=')?;
         match key {
@@ -506,6 +510,7 @@ pub fn parse_shard_offset_metadata(metadata: &str) -> Option<ShardMetadata> {
             "p" => meta.partitions = Some(value.parse().ok()?),
             "shape" => meta.shape = Some(u64::from_str_radix(value, 16).ok()?),
             "by" => meta.by = Some(value.parse().ok()?),
+            "g" => meta.key_groups = Some(value.parse().ok()?),
             _ => {}
         }
     }
@@ -672,10 +677,12 @@ mod tests {
         assert_eq!(parse_offset_metadata("weir:ckpt=x"), None);
         assert_eq!(parse_offset_metadata("weir:ckpt=4;mt=x"), None);
         assert_eq!(parse_shard_offset_metadata("weir:ckpt=4;mt=9").and_then(|m| m.max_timestamp), Some(9));
-        let meta = ShardMetadata { n: 7, max_timestamp: Some(-3), partitions: Some(12), shape: Some(0xab), by: Some(2) };
-        assert_eq!(shard_offset_metadata(&meta), "weir:ckpt=7;ts=-3;p=12;shape=00000000000000ab;by=2");
+        let meta = ShardMetadata { n: 7, max_timestamp: Some(-3), partitions: Some(12), shape: Some(0xab), by: Some(2), key_groups: Some(48) };
+        assert_eq!(shard_offset_metadata(&meta), "weir:ckpt=7;ts=-3;p=12;shape=00000000000000ab;by=2;g=48");
         assert_eq!(parse_shard_offset_metadata(&shard_offset_metadata(&meta)), Some(meta));
-        let single = ShardMetadata { n: 7, max_timestamp: None, partitions: None, shape: None, by: None };
+        let before = ShardMetadata { key_groups: None, ..meta };
+        assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;ts=-3;p=12;shape=00000000000000ab;by=2"), Some(before));
+        let single = ShardMetadata { n: 7, max_timestamp: None, partitions: None, shape: None, by: None, key_groups: None };
         assert_eq!(parse_shard_offset_metadata("weir:ckpt=7"), Some(single));
         assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;ts=x"), None);
         assert_eq!(parse_shard_offset_metadata("weir:ckpt=7;later=1").map(|m| m.n), Some(7));

@@ -164,7 +164,7 @@ pub(super) fn recover_shard(
             true => changelog::inspect_shard(job, (expected_groups(job, count as usize), count), |found| shardable(job, found, count)),
             false => Ok(None),
         });
-        let shard_sink = ShardSink { member, partitions: count, shape, lowest };
+        let shard_sink = ShardSink { member, partitions: count, shape, lowest, key_groups: None };
         let connected = connect_fencing(job, &config, &owned[1..], || Sink::connect(&config, offsets_consumer, Some(shard_sink)))
             .and_then(|sink| {
                 step("fenced the earlier owners and connected the producer");
@@ -175,7 +175,7 @@ pub(super) fn recover_shard(
             });
         (connected, inspecting.join().expect("the inspecting thread panicked"))
     });
-    let (sink, resume_consumer, resume) = connected?;
+    let (mut sink, resume_consumer, resume) = connected?;
     go_on()?;
     check_placement(job, count, shape, &resume)?;
     let (placement, rebuilt) = match inspected? {
@@ -199,6 +199,7 @@ pub(super) fn recover_shard(
         }
     };
     let key_groups = placement.groups();
+    sink.record_key_groups(key_groups.count());
     let entries = rebuilt.entries;
     step("rebuilt the key groups");
     let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
@@ -265,9 +266,19 @@ fn fence_last_committers(job: &Job, config: &SinkConfig<'_>, shard: &Shard, stuc
 }
 
 /// A scaled-out job's state stays where its offsets say it was placed: by the same
-/// input partition count, for the same operators.
+/// input partition count and key groups, for the same operators.
 fn check_placement(job: &Job, partitions: u32, shape: u64, resume: &ShardResume) -> Result<(), TaskFailure> {
     for (&partition, (_, meta)) in &resume.offsets {
+        if let (Some(wanted), Some(recorded)) = (job.key_groups, meta.key_groups)
+            && wanted != recorded
+        {
+            return Err(TaskFailure::Incompatible(format!(
+                "the job file sets key_groups = {wanted}, but this job's checkpoints were taken with {recorded} key \
+                 groups (the offsets of partition {partition} of `{}` say so): key groups are fixed by a job's first \
+                 checkpoint; set key_groups = {recorded}, or start over under a new job name",
+                job.sources[0].topic
+            )));
+        }
         if let Some(placed) = meta.partitions.filter(|&placed| placed != partitions) {
             return Err(TaskFailure::Incompatible(format!(
                 "the input topic `{}` has {partitions} partitions, but this job's keyed state was placed for {placed} \

@@ -134,6 +134,9 @@ pub(crate) struct ShardSink {
     /// The lowest partition the process owns (its producer's name), recorded with every
     /// offset: the next owner fences it if it left a transaction open.
     pub(crate) lowest: i32,
+    /// The job's key groups, recorded with every offset once the process knows them
+    /// (`Sink::record_key_groups`, before its first transaction).
+    pub(crate) key_groups: Option<u32>,
 }
 
 /// The transactional.id of the process of a scaled-out job whose lowest input partition
@@ -301,6 +304,13 @@ impl Sink {
         })
     }
 
+    /// A scaled-out process's key groups, which its commits record from now on.
+    pub(crate) fn record_key_groups(&mut self, count: u32) {
+        if let Some(shard) = &mut self.shard {
+            shard.key_groups = Some(count);
+        }
+    }
+
     pub(crate) fn begin(&self) -> Result<(), SinkError> {
         if self.delivery == Delivery::ExactlyOnce {
             self.producer.begin_transaction().map_err(|e| self.error("begin_transaction", e))?;
@@ -416,6 +426,7 @@ impl Sink {
                     partitions: Some(shard.partitions),
                     shape: Some(shard.shape),
                     by: Some(shard.lowest),
+                    key_groups: shard.key_groups,
                 }),
                 None => layout::offset_metadata(n, state.max_timestamp),
             };
