@@ -19,6 +19,16 @@ fn log_of(job: &JobDir, name: &str) -> std::path::PathBuf {
     job.dir.path().join(name)
 }
 
+/// Starts the job, which must refuse to start: exits within a minute, unsuccessfully;
+/// returns its log (`name` in the job's directory).
+fn refused_start(job: &JobDir, name: &str) -> String {
+    let log = log_of(job, name);
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
+    assert!(!status.success(), "weir exited with {status}:\n{}", job::read_log(&log));
+    job::read_log(&log)
+}
+
 /// A window-count job (parallelism 2, 200 ms checkpoints) over `records` clicks on
 /// `PARTITIONS` partitions, produced before it starts.
 pub(crate) fn window_count_job(prefix: &str, records: usize) -> (JobDir, Vec<clicks::Input>) {
@@ -439,11 +449,7 @@ fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
         }
     }
 
-    let second = log_of(&job, "second.log");
-    let mut child = job::start(&job.path(), &second, &[]);
-    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
-    assert!(!status.success());
-    let text = job::read_log(&second);
+    let text = refused_start(&job, "second.log");
     assert!(text.contains("corrupt") && text.contains("op/0/0"), "unclear error:\n{text}");
     let after = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).len();
     assert_eq!(before, after, "a refused start must write nothing");
@@ -456,11 +462,7 @@ fn a_lost_state_dir_and_changelog_is_a_clear_error_and_commits_nothing() {
 
     std::fs::remove_dir_all(job.state_dir()).unwrap();
     support::delete_topic(&format!("{}-changelog", job.name));
-    let second = log_of(&job, "second.log");
-    let mut child = job::start(&job.path(), &second, &[]);
-    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
-    assert!(!status.success());
-    let text = job::read_log(&second);
+    let text = refused_start(&job, "second.log");
     assert!(text.contains("changelog topic") && text.contains("does not exist") && text.contains("state is lost"), "unclear error:\n{text}");
     assert_exact(&job, &input);
 }
@@ -486,11 +488,7 @@ fn a_lost_state_dir_is_rebuilt_with_the_key_groups_the_changelog_recorded() {
 
     job.set_key_groups(64);
     std::fs::remove_dir_all(job.state_dir()).unwrap();
-    let refused = log_of(&job, "refused.log");
-    let mut child = job::start(&job.path(), &refused, &[]);
-    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
-    assert!(!status.success());
-    let text = job::read_log(&refused);
+    let text = refused_start(&job, "refused.log");
     assert!(text.contains("key_groups = 64") && text.contains("set key_groups = 32"), "unclear error:\n{text}");
 
     let unset = std::fs::read_to_string(job.path()).unwrap().replace("key_groups = 64\n", "");
@@ -513,11 +511,7 @@ fn foreign_records_in_the_changelog_are_a_clear_error() {
     support::produce(&changelog, &[(3, b"a key".to_vec(), b"a value".to_vec(), 1)]);
 
     std::fs::remove_dir_all(job.state_dir()).unwrap();
-    let second = log_of(&job, "second.log");
-    let mut child = job::start(&job.path(), &second, &[]);
-    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
-    assert!(!status.success());
-    let text = job::read_log(&second);
+    let text = refused_start(&job, "second.log");
     assert!(text.contains("holds a record weir did not write") && text.contains("partition 3"), "unclear error:\n{text}");
     assert_exact(&job, &input);
 }
@@ -531,11 +525,7 @@ fn start_on_a_changelog_made_beforehand(prefix: &str, partitions: i32) -> String
     support::create_topic(&job.output, PARTITIONS);
     support::create_topic(&format!("{}-changelog", job.name), partitions);
     job.window_count(2, 200, WINDOW_MS as u64, "");
-    let log = log_of(&job, "weir.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let status = job::wait(&mut child, Duration::from_secs(60)).expect("weir must refuse to start");
-    assert!(!status.success());
-    job::read_log(&log)
+    refused_start(&job, "weir.log")
 }
 
 #[test]

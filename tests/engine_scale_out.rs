@@ -388,21 +388,32 @@ fn a_transaction_left_open_on_the_changelog_holds_the_restore_until_it_ends() {
     stop_and_compare(&job, std::slice::from_mut(&mut second), &input);
 }
 
-#[test]
-fn partitions_added_to_the_input_are_refused_by_name() {
-    let job = scale_out_job("so-grow");
-    let mut clicks = Clicks::new(6, PARTITIONS, 200);
+/// Runs one process of the job over 1 000 keyed clicks (`seed`) until it has committed
+/// a checkpoint, then stops it with SIGTERM.
+fn run_until_a_commit(job: &JobDir, seed: u64) {
+    let mut clicks = Clicks::new(seed, PARTITIONS, 200);
     support::produce(&job.input, &clicks.take_keyed(1_000));
-    let mut first = Process::start(&job, 0);
+    let mut first = Process::start(job, 0);
     wait_for_commit(&first);
     let status = job::terminate(&mut first.child, Duration::from_secs(60));
     assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
+}
 
-    support::add_partitions(&job.input, 2 * PARTITIONS as usize);
-    let mut second = Process::start(&job, 1);
+/// Starts another process of the job, which must refuse to run; returns its log.
+fn refused_process(job: &JobDir) -> String {
+    let mut second = Process::start(job, 1);
     let status = job::wait(&mut second.child, Duration::from_secs(90));
     let text = second.log();
-    assert!(status.is_some_and(|s| !s.success()), "a process ran on the grown input ({status:?}):\n{text}");
+    assert!(status.is_some_and(|s| !s.success()), "a process ran ({status:?}):\n{text}");
+    text
+}
+
+#[test]
+fn partitions_added_to_the_input_are_refused_by_name() {
+    let job = scale_out_job("so-grow");
+    run_until_a_commit(&job, 6);
+    support::add_partitions(&job.input, 2 * PARTITIONS as usize);
+    let text = refused_process(&job);
     assert!(text.contains("partitions were added"), "the refusal does not say why:\n{text}");
 }
 
@@ -411,18 +422,9 @@ fn partitions_added_to_the_input_are_refused_by_name() {
 #[test]
 fn changed_key_groups_are_refused_by_name() {
     let job = scale_out_job("so-groups");
-    let mut clicks = Clicks::new(7, PARTITIONS, 200);
-    support::produce(&job.input, &clicks.take_keyed(1_000));
-    let mut first = Process::start(&job, 0);
-    wait_for_commit(&first);
-    let status = job::terminate(&mut first.child, Duration::from_secs(60));
-    assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
-
+    run_until_a_commit(&job, 7);
     job.set_key_groups(2 * job::KEY_GROUPS);
-    let mut second = Process::start(&job, 1);
-    let status = job::wait(&mut second.child, Duration::from_secs(90));
-    let text = second.log();
-    assert!(status.is_some_and(|s| !s.success()), "a process ran with other key groups ({status:?}):\n{text}");
+    let text = refused_process(&job);
     let named = format!("set key_groups = {}", job::KEY_GROUPS);
     assert!(text.contains(&named), "the refusal does not name the count to set:\n{text}");
 }
