@@ -6,7 +6,9 @@
 //! snapshot round notes it in its window (the slot remembers the round it was noted
 //! for, so starting a round clears every note at once); firing a window notes its keys.
 //! A round visits only what was noted, so its cost follows the change, and copies the
-//! keys it hands over into one buffer, not one allocation each.
+//! keys it hands over into one buffer, not one allocation each. When a single window is
+//! open and a good share of its keys changed, a round walks its table in memory order
+//! instead, taking the slots noted for it: a lookup per key is a cache miss or more.
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
@@ -35,9 +37,23 @@ pub(super) struct FixedWindows<A> {
     fired_windows: usize,
     /// The round changes are noted for now; starting a snapshot round moves it on.
     epoch: u64,
-    /// The snapshot round being handed over, over keys in `noted`.
-    round: Option<Round<Span>>,
+    /// The snapshot round being handed over.
+    round: Option<Handover>,
 }
+
+/// How a snapshot round goes over its keys.
+#[derive(Debug)]
+enum Handover {
+    /// The keys in `noted`, each looked up in every window.
+    Keys(Round<Span>),
+    /// The only window's slots in its table's order, those noted for round `epoch`;
+    /// `next` is the first not handed over yet (nothing changes the table meanwhile).
+    Walk { epoch: u64, next: usize },
+}
+
+/// A single window's round walks its table once at least this share of its slots
+/// (1 in `WALK_SHARE`) changed.
+const WALK_SHARE: usize = 8;
 
 /// One key's open windows as a checkpoint stores them: the window size (so a restore
 /// with another size is refused) and each window's start with its accumulator.
@@ -286,12 +302,25 @@ impl<A: Serialize> FixedWindows<A> {
     /// Hands over each key whose windows changed since the last round: all its open
     /// windows, or its removal once none is left; up to a full `changes` per call.
     pub(super) fn drain_changes(&mut self, changes: &mut Changes) -> Result<Drained, Error> {
-        let mut round = match self.round.take() {
+        let round = match self.round.take() {
             Some(round) => round,
             None => self.begin_round(),
         };
+        let (drained, round) = match round {
+            Handover::Keys(mut round) => (self.hand_over_keys(&mut round, changes)?, Handover::Keys(round)),
+            Handover::Walk { epoch, mut next } => (self.walk(epoch, &mut next, changes)?, Handover::Walk { epoch, next }),
+        };
+        match drained {
+            Drained::More => self.round = Some(round),
+            Drained::All => self.noted.clear(),
+        }
+        Ok(drained)
+    }
+
+    /// Hands over the keys of `round`: each key's open windows, or its removal.
+    fn hand_over_keys(&self, round: &mut Round<Span>, changes: &mut Changes) -> Result<Drained, Error> {
         let mut windows: Vec<(i64, &A)> = Vec::new();
-        let drained = round.hand_over(|&noted| {
+        round.hand_over(|&noted| {
             let key = span(&self.noted, noted);
             let hash = key::hash(key);
             windows.clear();
@@ -308,18 +337,42 @@ impl<A: Serialize> FixedWindows<A> {
                 windows: &windows,
             };
             changes.put(key, &entry)
-        })?;
-        drop(windows);
-        match drained {
-            Drained::More => self.round = Some(round),
-            Drained::All => self.noted.clear(),
+        })
+    }
+
+    /// Hands over the only window's slots noted for round `epoch`, from the `next`th of
+    /// its table on; `next` ends at the first slot not handed over.
+    fn walk(&self, epoch: u64, next: &mut usize, changes: &mut Changes) -> Result<Drained, Error> {
+        let pane = &self.windows[0];
+        for slot in pane.slots.iter().skip(*next) {
+            if slot.noted == epoch {
+                let windows = [(pane.start, &slot.accumulator)];
+                let entry = EntryRef {
+                    size_ms: self.size,
+                    windows: &windows,
+                };
+                if !changes.put(span(&pane.keys, (slot.offset, slot.len)), &entry)? {
+                    return Ok(Drained::More);
+                }
+            }
+            *next += 1;
         }
-        Ok(drained)
+        Ok(Drained::All)
     }
 
     /// A round over the keys fired or noted since the last, each once; changes from now
     /// on are noted for the next.
-    fn begin_round(&mut self) -> Round<Span> {
+    fn begin_round(&mut self) -> Handover {
+        let epoch = self.epoch;
+        self.epoch += 1;
+        if let [only] = self.windows.make_contiguous()
+            && self.fired_windows == 0
+            && only.changed.len() * WALK_SHARE >= only.slots.len()
+            && !only.changed.is_empty()
+        {
+            only.changed.clear();
+            return Handover::Walk { epoch, next: 0 };
+        }
         // The keys fired from or noted in one window are distinct; those of several
         // windows may repeat one.
         let changed_windows = self.windows.iter().filter(|pane| !pane.changed.is_empty()).count();
@@ -328,11 +381,10 @@ impl<A: Serialize> FixedWindows<A> {
         for pane in &mut self.windows {
             pane.take_changed(&mut self.noted, &mut spans);
         }
-        self.epoch += 1;
-        match distinct {
+        Handover::Keys(match distinct {
             true => Round::distinct(spans),
             false => Round::of_spans(&self.noted, spans),
-        }
+        })
     }
 }
 

@@ -443,6 +443,42 @@ fn a_round_holds_each_key_once_whatever_windows_noted_it() {
     assert!(changes(&mut w).is_empty(), "nothing changed since");
 }
 
+/// Each key's count in one window, as a round's entries hold it.
+fn counts(round: &StateChunk) -> Vec<(String, u64)> {
+    round
+        .iter()
+        .map(|entry| entry.unwrap())
+        .map(|(key, value)| {
+            let entry = snapshot::parse(value.expect("not a removal")).unwrap();
+            let windows: super::WindowsEntry<u64> = snapshot::decode_body(entry.body).unwrap();
+            assert_eq!(windows.windows.len(), 1, "one window open");
+            (String::from_utf8(key.to_vec()).unwrap(), windows.windows[0].1)
+        })
+        .collect()
+}
+
+#[test]
+fn a_round_of_one_window_hands_over_what_changed_whether_it_walks_the_window_or_not() {
+    let mut w = TumblingWindows::<u64>::new(1000).unwrap();
+    let key = |i: u32| format!("k{i:03}");
+    for i in 0..100 {
+        *w.accumulator(key(i).as_bytes(), 5).unwrap() += 1;
+    }
+    // Every slot changed, then half of them: the round walks the window's table, in
+    // chunks of 64 bytes, so it stops and goes on many times.
+    assert_eq!(counts(&changes(&mut w)), (0..100).map(|i| (key(i), 1)).collect::<Vec<_>>());
+    for i in 0..50 {
+        *w.accumulator(key(i * 2).as_bytes(), 6).unwrap() += 1;
+    }
+    assert_eq!(counts(&changes(&mut w)), (0..50).map(|i| (key(i * 2), 2)).collect::<Vec<_>>());
+    // Two of a hundred: the round looks the keys up.
+    for i in [3, 7] {
+        *w.accumulator(key(i).as_bytes(), 7).unwrap() += 1;
+    }
+    assert_eq!(counts(&changes(&mut w)), [(key(3), 2), (key(7), 2)]);
+    assert!(changes(&mut w).is_empty(), "nothing changed since");
+}
+
 #[test]
 fn a_restore_refuses_another_window_size_slide_or_gap() {
     let mut image = StateImage::default();
