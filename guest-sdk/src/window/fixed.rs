@@ -183,7 +183,7 @@ impl<A> Pane<A> {
     /// Every (key, accumulator) ordered by key bytes. Sorted by each key's first eight
     /// bytes, held beside its slot, and only keys alike that far compared whole: most
     /// comparisons touch no key.
-    fn into_sorted(self) -> (Vec<u8>, Vec<Slot<A>>) {
+    fn into_sorted(self) -> (Vec<u8>, impl Iterator<Item = Slot<A>>) {
         let keys = self.keys;
         let mut slots: Vec<(u64, Slot<A>)> = self
             .slots
@@ -195,7 +195,7 @@ impl<A> Pane<A> {
                 key::compare(span(&keys, (a.offset, a.len)), span(&keys, (b.offset, b.len)))
             })
         });
-        (keys, slots.into_iter().map(|(_, slot)| slot).collect())
+        (keys, slots.into_iter().map(|(_, slot)| slot))
     }
 }
 
