@@ -210,6 +210,45 @@ fn a_shared_state_dir_deleted_under_three_processes_is_rebuilt_and_they_go_on() 
     assert!(text.contains("opened the checkpoint store anew"), "no store was opened anew:\n{text}");
 }
 
+/// Two processes stopped with SIGTERM together, at random moments of their start and of
+/// the rebalance the second one's joining causes: each exits cleanly, whatever the group
+/// did meanwhile, and the output of the rounds together is exact.
+#[test]
+fn processes_stopped_together_while_the_group_rebalances_exit_cleanly() {
+    let job = scale_out_job("so-stop");
+    let mut random = support::crash_seed();
+    let mut clicks = Clicks::new(7, PARTITIONS, 300);
+    let mut input = Vec::new();
+    let mut processes: Vec<Process> = Vec::new();
+    for round in 0..5 {
+        let batch = clicks.take_keyed(1_000);
+        support::produce(&job.input, &batch);
+        input.extend(batch);
+        for index in 0..2 {
+            if round == 0 {
+                processes.push(Process::start(&job, index));
+            } else {
+                processes[index].restart(&job);
+            }
+            std::thread::sleep(Duration::from_millis(support::next_random(&mut random) % 3_000));
+        }
+        std::thread::sleep(Duration::from_millis(support::next_random(&mut random) % 4_000));
+        for process in &processes {
+            process.signal(libc::SIGTERM);
+        }
+        for process in processes.iter_mut() {
+            let status = job::wait(&mut process.child, Duration::from_secs(60));
+            assert!(status.is_some_and(|s| s.success()), "round {round}: a process exited with {status:?} after SIGTERM; logs:\n{}", logs(&processes));
+        }
+    }
+    input.extend(clicks.flush_keyed());
+    support::produce(&job.input, &clicks.flush_keyed());
+    for process in processes.iter_mut() {
+        process.restart(&job);
+    }
+    stop_and_compare(&job, &mut processes, &input);
+}
+
 #[test]
 fn a_process_joins_and_another_leaves_with_sigterm() {
     let job = scale_out_job("so-join");

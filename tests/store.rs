@@ -596,6 +596,15 @@ fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
     let (claimed, store) = StateDir::claim(&shared, JOB, true).expect("the slot's debris is cleared");
     assert_eq!(claimed.store_dir(), slot);
     assert!(sealed(&store).is_empty(), "a cleared slot holds nothing");
+    write_checkpoint(&store, 1, &[("source/0", b"offsets")], b"meta");
+    drop((claimed, store));
+
+    // The deletion may go the other way: the MANIFEST gone, the CURRENT naming it left.
+    let current = std::fs::read_to_string(slot.join("CURRENT")).unwrap();
+    std::fs::remove_file(slot.join(current.trim_end())).unwrap();
+    let (claimed, store) = StateDir::claim(&shared, JOB, true).expect("a slot whose MANIFEST is gone is cleared");
+    assert_eq!(claimed.store_dir(), slot);
+    assert!(sealed(&store).is_empty(), "a cleared slot holds nothing");
     drop((claimed, store));
 
     let error = StateDir::claim(&own, JOB, false).map(|_| ()).expect_err("a job's own state_dir is not cleared");

@@ -127,13 +127,14 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
     }
 }
 
-/// Deletes `dir` if it holds RocksDB's files and no CURRENT: what is left of a store
-/// whose deletion was interrupted, which no RocksDB can open. One another live process
-/// still has open (its RocksDB holds the LOCK file) is that process's: `Locked`.
+/// Deletes `dir` if it holds only RocksDB's files and no CURRENT, or a CURRENT naming a
+/// MANIFEST that is gone: what is left of a store whose deletion was interrupted, which
+/// no RocksDB can open. One another live process still has open (its RocksDB holds the
+/// LOCK file) is that process's: `Locked`.
 fn clear_debris(dir: &Path) -> Result<(), StoreError> {
     let names = listing(dir);
-    let debris = !names.is_empty() && !names.contains(std::ffi::OsStr::new("CURRENT")) && names.iter().all(|name| is_rocksdb_file(name));
-    if !debris {
+    let only_rocksdb = names.iter().all(|name| name == "CURRENT" || is_rocksdb_file(name));
+    if names.is_empty() || !only_rocksdb || !lost_its_manifest(dir) {
         return Ok(());
     }
     if lock_held_elsewhere(&dir.join("LOCK")) {
@@ -148,6 +149,14 @@ fn clear_debris(dir: &Path) -> Result<(), StoreError> {
     match std::fs::remove_dir_all(dir) {
         Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
         _ => Ok(()),
+    }
+}
+
+/// Whether the store in `dir` has no CURRENT, or one naming a MANIFEST that is not there.
+fn lost_its_manifest(dir: &Path) -> bool {
+    match std::fs::read_to_string(dir.join("CURRENT")) {
+        Ok(current) => !dir.join(current.trim_end()).is_file(),
+        Err(error) => error.kind() == std::io::ErrorKind::NotFound,
     }
 }
 
