@@ -312,6 +312,29 @@ fn a_paused_process_commits_nothing_after_the_group_moved_its_partitions() {
     );
 }
 
+/// A process paused until the group moved its partitions, then stopped with SIGTERM as
+/// it resumes: its final checkpoint cannot be committed any more, and it exits cleanly
+/// all the same; the other goes on, and the output is exact.
+#[test]
+fn a_process_stopped_as_it_resumes_after_losing_its_partitions_exits_cleanly() {
+    let job = scale_out_job("so-late-stop");
+    let producer = produce(&job, 30);
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    for process in &processes {
+        wait_for_commit(process);
+    }
+    let runs_before = job::count_in_log(&processes[1].log, RUNNING);
+    processes[0].signal(libc::SIGSTOP);
+    job::wait_for_more(&processes[1].log, RUNNING, runs_before, Duration::from_secs(60));
+    processes[0].signal(libc::SIGTERM);
+    processes[0].signal(libc::SIGCONT);
+    let status = job::wait(&mut processes[0].child, Duration::from_secs(60));
+    assert!(status.is_some_and(|s| s.success()), "the resumed process exited with {status:?} after SIGTERM; logs:\n{}", logs(&processes));
+    processes.remove(0);
+    let input = producer.join().expect("producer thread");
+    stop_and_compare(&job, &mut processes, &input);
+}
+
 /// The `commit_ms` of a "checkpoint committed" log line.
 fn commit_millis(line: &str) -> Option<u64> {
     line.split_whitespace().find_map(|field| field.strip_prefix("commit_ms="))?.parse().ok()

@@ -123,7 +123,8 @@ impl<'a> Shares<'a> {
             if self.engine.options.stop.load(Ordering::Relaxed) || owned.is_err() {
                 if let Some(attempt) = running.take() {
                     attempt.control.stop.store(true, Ordering::Relaxed);
-                    outcome_of(attempt.handle)?;
+                    let outcome = outcome_of(attempt.handle);
+                    last_outcome(outcome, attempt.control.abandon.load(Ordering::Relaxed))?;
                 }
                 return owned.map(|_| ());
             }
@@ -240,6 +241,22 @@ impl<'a> Shares<'a> {
         tracing::warn!("attempt failed: {failure}; restarting from the last committed checkpoint in {backoff:?}");
         self.not_before = Instant::now() + backoff;
         Ok(())
+    }
+}
+
+/// What the attempt a stop ended leaves the process with. One the group moved on from
+/// while it committed its final checkpoint (fenced, or its membership gone) ends the
+/// process as cleanly as a commit: what it had not committed is read again by whoever
+/// owns its partitions now, from their last committed checkpoint.
+fn last_outcome(outcome: Result<Outcome, TaskFailure>, abandoned: bool) -> Result<(), TaskFailure> {
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(TaskFailure::Stopped) if abandoned => Ok(()),
+        Err(failure @ (TaskFailure::Fenced(_) | TaskFailure::LeftGroup(_))) => {
+            tracing::warn!("{failure}; stopping without a final checkpoint: its partitions go on from the last committed one");
+            Ok(())
+        }
+        Err(failure) => Err(failure),
     }
 }
 
