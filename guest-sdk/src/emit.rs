@@ -201,7 +201,7 @@ pub struct ValueWriter<'a> {
 impl ValueWriter<'_> {
     /// Appends bytes.
     pub fn extend(&mut self, bytes: &[u8]) {
-        self.data.extend_from_slice(bytes);
+        crate::bytes::append(self.data, bytes);
     }
 
     /// Appends a signed integer in decimal, as `Display` would, without `fmt`.
@@ -225,7 +225,7 @@ impl ValueWriter<'_> {
                 break;
             }
         }
-        self.data.extend_from_slice(&digits[at..]);
+        crate::bytes::append(self.data, &digits[at..]);
     }
 
     /// Appends a JSON string literal holding `text` (as UTF-8, invalid sequences
@@ -274,7 +274,7 @@ impl ValueWriter<'_> {
 
 impl fmt::Write for ValueWriter<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.data.extend_from_slice(s.as_bytes());
+        crate::bytes::append(self.data, s.as_bytes());
         Ok(())
     }
 }

@@ -72,6 +72,7 @@
 
 #![deny(missing_docs)]
 
+mod bytes;
 mod config;
 mod emit;
 mod error;

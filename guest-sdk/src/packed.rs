@@ -107,7 +107,7 @@ impl Batch {
     /// Appends bytes to `data` and returns where they start.
     pub(crate) fn append(&mut self, bytes: &[u8]) -> u32 {
         let offset = offset_of(self.data.len());
-        self.data.extend_from_slice(bytes);
+        crate::bytes::append(&mut self.data, bytes);
         offset
     }
 
@@ -192,10 +192,10 @@ impl StateChunk {
     /// Appends `key` with its new `value`, or its removal for `None`.
     pub fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
         let key_offset = offset_of(self.data.len());
-        self.data.extend_from_slice(key);
+        crate::bytes::append(&mut self.data, key);
         let value_offset = offset_of(self.data.len());
         if let Some(value) = value {
-            self.data.extend_from_slice(value);
+            crate::bytes::append(&mut self.data, value);
         }
         offset_of(self.data.len());
         self.entries.push(StateEntry {

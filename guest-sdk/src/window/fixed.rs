@@ -137,7 +137,7 @@ impl<A> Pane<A> {
             Entry::Vacant(vacant) => {
                 let offset =
                     u32::try_from(keys.len()).expect("the keys of one window stay below 4 GiB");
-                keys.extend_from_slice(key);
+                crate::bytes::append(keys, key);
                 let len = key.len() as u32;
                 changed.push((offset, len));
                 let slot = Slot {
@@ -391,7 +391,7 @@ impl<A: Serialize> FixedWindows<A> {
 /// Appends `key` to `bytes`; returns where it lies.
 fn push_key(bytes: &mut Vec<u8>, key: &[u8]) -> Span {
     let offset = u32::try_from(bytes.len()).expect("the keys of one round stay below 4 GiB");
-    bytes.extend_from_slice(key);
+    crate::bytes::append(bytes, key);
     (offset, key.len() as u32)
 }
 
