@@ -470,6 +470,33 @@ fn refused_process(job: &JobDir) -> String {
     text
 }
 
+/// A job file that drops the key_groups its checkpoints were taken with goes on with the
+/// count its offsets recorded (the default for its input is another): two processes
+/// take its state over, and the output is exact.
+#[test]
+fn a_job_file_that_drops_its_key_groups_goes_on_with_the_recorded_count() {
+    let job = scale_out_job("so-dropped");
+    let mut clicks = Clicks::new(8, PARTITIONS, 200);
+    let mut input = clicks.take_keyed(1_000);
+    support::produce(&job.input, &input);
+    let mut first = Process::start(&job, 0);
+    wait_for_commit(&first);
+    let status = job::terminate(&mut first.child, Duration::from_secs(60));
+    assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
+
+    let text = std::fs::read_to_string(job.path()).expect("reading the job file");
+    let dropped = text.replace(&format!("key_groups = {}\n", job::KEY_GROUPS), "");
+    assert_ne!(dropped, text, "the job file set key_groups");
+    std::fs::write(job.path(), dropped).expect("writing the job file");
+    let more = clicks.take_keyed(1_000);
+    support::produce(&job.input, &more);
+    input.extend(more);
+    input.extend(clicks.flush_keyed());
+    support::produce(&job.input, &clicks.flush_keyed());
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    stop_and_compare(&job, &mut processes, &input);
+}
+
 #[test]
 fn partitions_added_to_the_input_are_refused_by_name() {
     let job = scale_out_job("so-grow");

@@ -178,7 +178,8 @@ pub(super) fn recover_shard(
     let (mut sink, resume_consumer, resume) = connected?;
     go_on()?;
     check_placement(job, count, shape, &resume)?;
-    let (placement, rebuilt) = match inspected? {
+    let recorded = recorded_groups(job, &resume);
+    let (placement, rebuilt) = match inspected?.map(|placement| as_recorded(job, placement, recorded, count)).transpose()? {
         Some(placement) => {
             let committed = resume.offsets.keys().copied().collect();
             let fence_committers = |stuck: &[i32]| fence_last_committers(job, &config, &shard, stuck, &resume);
@@ -189,7 +190,7 @@ pub(super) fn recover_shard(
             (placement, rebuilt)
         }
         None => {
-            let key_groups = shardable(job, expected_groups(job, count as usize), count)?;
+            let key_groups = shardable(job, recorded.unwrap_or_else(|| expected_groups(job, count as usize)), count)?;
             let placement = changelog::Placement::for_new(key_groups, count);
             if job.keeps_state() {
                 changelog::create_shard(job, placement, !resume.offsets.is_empty())?;
@@ -355,6 +356,35 @@ fn committed_shard_inputs(job: &Job, consumer: &BaseConsumer, owned: &[i32]) -> 
 
 /// `key_groups`, if a scaled-out job can keep its state in them: whole groups per input
 /// partition, and at least one per subtask.
+/// The key groups a scaled-out job's committed offsets recorded, when its job file names
+/// none (`check_placement` refuses one that names another count): the default for its
+/// input may have been another when they were taken.
+fn recorded_groups(job: &Job, resume: &ShardResume) -> Option<KeyGroups> {
+    let recorded = resume.offsets.values().find_map(|(_, meta)| meta.key_groups);
+    recorded.filter(|_| job.key_groups.is_none()).map(KeyGroups::new)
+}
+
+/// The changelog's `placement` as found from the job file's key groups, or, if its
+/// offsets recorded others, those in the same partitions.
+fn as_recorded(job: &Job, placement: changelog::Placement, recorded: Option<KeyGroups>, partitions: u32) -> Result<changelog::Placement, TaskFailure> {
+    match recorded {
+        Some(groups) if groups != placement.groups() => {
+            let groups = shardable(job, groups, partitions)?;
+            if placement.partitions() > groups.count() {
+                return Err(TaskFailure::Incompatible(format!(
+                    "the changelog of job `{}` has {} partitions, more than the {} key groups its checkpoints recorded: \
+                     it was changed outside weir; start over under a new job name",
+                    job.name,
+                    placement.partitions(),
+                    groups.count()
+                )));
+            }
+            Ok(changelog::Placement::new(groups, placement.partitions()))
+        }
+        _ => Ok(placement),
+    }
+}
+
 fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGroups, TaskFailure> {
     if key_groups.count().is_multiple_of(partitions) && job.parallelism <= key_groups.count() {
         return Ok(key_groups);
