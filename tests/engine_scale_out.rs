@@ -278,19 +278,26 @@ fn a_process_joins_and_another_leaves_with_sigterm() {
     assert!(cached, "no restore used the state_dir:\n{}", logs(&processes));
 }
 
-#[test]
-fn a_paused_process_commits_nothing_after_the_group_moved_its_partitions() {
-    let job = scale_out_job("so-zombie");
-    let producer = produce(&job, 50);
-    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
-    for process in &processes {
+/// Once both of `processes` have committed, pauses the first (SIGSTOP) and waits until
+/// the second has taken over everything, as it does once the paused one's session
+/// times out; returns when the pause began.
+fn pause_until_taken_over(processes: &[Process]) -> Instant {
+    for process in processes {
         wait_for_commit(process);
     }
     let runs_before = job::count_in_log(&processes[1].log, RUNNING);
     processes[0].signal(libc::SIGSTOP);
     let paused = Instant::now();
-    // The other takes over everything once the paused one's session times out.
     job::wait_for_more(&processes[1].log, RUNNING, runs_before, Duration::from_secs(60));
+    paused
+}
+
+#[test]
+fn a_paused_process_commits_nothing_after_the_group_moved_its_partitions() {
+    let job = scale_out_job("so-zombie");
+    let producer = produce(&job, 50);
+    let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
+    let paused = pause_until_taken_over(&processes);
     std::thread::sleep(PAUSE.saturating_sub(paused.elapsed()));
     let resumed_at = processes[0].log().len();
     let pause = paused.elapsed();
@@ -320,12 +327,7 @@ fn a_process_stopped_as_it_resumes_after_losing_its_partitions_exits_cleanly() {
     let job = scale_out_job("so-late-stop");
     let producer = produce(&job, 30);
     let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
-    for process in &processes {
-        wait_for_commit(process);
-    }
-    let runs_before = job::count_in_log(&processes[1].log, RUNNING);
-    processes[0].signal(libc::SIGSTOP);
-    job::wait_for_more(&processes[1].log, RUNNING, runs_before, Duration::from_secs(60));
+    pause_until_taken_over(&processes);
     processes[0].signal(libc::SIGTERM);
     processes[0].signal(libc::SIGCONT);
     let status = job::wait(&mut processes[0].child, Duration::from_secs(60));
@@ -425,13 +427,7 @@ fn a_transaction_left_open_on_the_changelog_holds_the_restore_until_it_ends() {
     // ended: read before, it would stop where the open one begins and miss what was
     // committed after it.
     let job = scale_out_job("so-open");
-    let mut clicks = Clicks::new(5, PARTITIONS, 200);
-    let mut input = clicks.take_keyed(2_000);
-    support::produce(&job.input, &input);
-    let mut first = Process::start(&job, 0);
-    wait_for_commit(&first);
-    let status = job::terminate(&mut first.child, Duration::from_secs(60));
-    assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
+    let (clicks, mut input) = run_until_a_commit(&job, 5, 2_000);
 
     let intruder = support::transactional_producer(&support::unique_name("so-intruder"));
     intruder.begin_transaction().expect("begin");
@@ -450,15 +446,17 @@ fn a_transaction_left_open_on_the_changelog_holds_the_restore_until_it_ends() {
     stop_and_compare(&job, std::slice::from_mut(&mut second), &input);
 }
 
-/// Runs one process of the job over 1 000 keyed clicks (`seed`) until it has committed
-/// a checkpoint, then stops it with SIGTERM.
-fn run_until_a_commit(job: &JobDir, seed: u64) {
+/// Runs one process of the job over `records` keyed clicks (`seed`) until it has
+/// committed a checkpoint, then stops it with SIGTERM; returns the clicks and the input.
+fn run_until_a_commit(job: &JobDir, seed: u64, records: usize) -> (Clicks, Vec<clicks::Input>) {
     let mut clicks = Clicks::new(seed, PARTITIONS, 200);
-    support::produce(&job.input, &clicks.take_keyed(1_000));
+    let input = clicks.take_keyed(records);
+    support::produce(&job.input, &input);
     let mut first = Process::start(job, 0);
     wait_for_commit(&first);
     let status = job::terminate(&mut first.child, Duration::from_secs(60));
     assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
+    (clicks, input)
 }
 
 /// Starts another process of the job, which must refuse to run; returns its log.
@@ -476,13 +474,7 @@ fn refused_process(job: &JobDir) -> String {
 #[test]
 fn a_job_file_that_drops_its_key_groups_goes_on_with_the_recorded_count() {
     let job = scale_out_job("so-dropped");
-    let mut clicks = Clicks::new(8, PARTITIONS, 200);
-    let mut input = clicks.take_keyed(1_000);
-    support::produce(&job.input, &input);
-    let mut first = Process::start(&job, 0);
-    wait_for_commit(&first);
-    let status = job::terminate(&mut first.child, Duration::from_secs(60));
-    assert!(status.success(), "the first run exited with {status}:\n{}", first.log());
+    let (mut clicks, mut input) = run_until_a_commit(&job, 8, 1_000);
 
     let text = std::fs::read_to_string(job.path()).expect("reading the job file");
     let dropped = text.replace(&format!("key_groups = {}\n", job::KEY_GROUPS), "");
@@ -500,7 +492,7 @@ fn a_job_file_that_drops_its_key_groups_goes_on_with_the_recorded_count() {
 #[test]
 fn partitions_added_to_the_input_are_refused_by_name() {
     let job = scale_out_job("so-grow");
-    run_until_a_commit(&job, 6);
+    run_until_a_commit(&job, 6, 1_000);
     support::add_partitions(&job.input, 2 * PARTITIONS as usize);
     let text = refused_process(&job);
     assert!(text.contains("partitions were added"), "the refusal does not say why:\n{text}");
@@ -511,7 +503,7 @@ fn partitions_added_to_the_input_are_refused_by_name() {
 #[test]
 fn changed_key_groups_are_refused_by_name() {
     let job = scale_out_job("so-groups");
-    run_until_a_commit(&job, 7);
+    run_until_a_commit(&job, 7, 1_000);
     job.set_key_groups(2 * job::KEY_GROUPS);
     let text = refused_process(&job);
     let named = format!("set key_groups = {}", job::KEY_GROUPS);
