@@ -575,7 +575,8 @@ fn a_directory_that_is_not_a_weir_store_is_refused() {
 /// A deletion of a shared state_dir while a process's RocksDB writes into its slot
 /// fails and leaves the store's files without CURRENT. A slot holds nothing Kafka does
 /// not, so a process clears that and opens its slot anew; a slot with anything else in
-/// it, and a job's own state_dir (which may hold state nothing else does), are refused.
+/// it, and a job's own state_dir at its start (which may hold state nothing else does),
+/// are refused; what a deletion under the running job left of its own is cleared.
 #[test]
 fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
     use weir::checkpoint::state_dir::StateDir;
@@ -610,6 +611,16 @@ fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
     let error = StateDir::claim(&own, JOB, false).map(|_| ()).expect_err("a job's own state_dir is not cleared");
     assert!(error.to_string().contains("without a RocksDB CURRENT file"), "{error}");
     assert!(own.read_dir().unwrap().next().is_some(), "the refused state_dir keeps its files");
+
+    // Deleted under the running process, a job's own store was its own: what the
+    // deletion left is cleared when the process opens its store anew.
+    let running = tmp.path().join("running");
+    let (mut claimed, store) = StateDir::claim(&running, JOB, false).expect("a new state_dir");
+    write_checkpoint(&store, 1, &[("source/0", b"offsets")], b"meta");
+    drop(store);
+    std::fs::remove_file(running.join("CURRENT")).unwrap();
+    let store = claimed.reopen().expect("what the deletion left is cleared");
+    assert!(sealed(&store).is_empty(), "a store opened anew holds nothing");
 
     // Debris whose RocksDB LOCK another live process holds is that process's store:
     // the claim takes the next slot and leaves it alone.

@@ -51,7 +51,10 @@ impl StateDir {
 
     /// Opens the store again, after the last handle to it was dropped. A directory that
     /// vanished is created anew, empty; one still being deleted (files left, the store's
-    /// CURRENT gone) is given a moment to go. A scaled-out process whose slot's lock file
+    /// CURRENT gone) is given a moment to go, and what its deletion left is cleared: the
+    /// store was this process's, and whoever deleted it under the running process meant
+    /// its state to go (a job's own state_dir is refused only at the start, where such
+    /// files may be another's). A scaled-out process whose slot's lock file
     /// was deleted (with the state_dir) holds nothing any more: another process may have
     /// claimed that slot meanwhile, so it claims the first free one, as at its start.
     pub fn reopen(&mut self) -> Result<CheckpointStore, StoreError> {
@@ -68,8 +71,7 @@ impl StateDir {
             *self = claimed;
             return Ok(store);
         }
-        let debris = if self.slot_lock.is_some() { Debris::Clear } else { Debris::Refuse };
-        open_settled(&self.store_dir, &self.job, debris)
+        open_settled(&self.store_dir, &self.job, Debris::Clear)
     }
 
     /// The store's directory.
@@ -96,11 +98,13 @@ fn wait_while_deleted(dir: &Path) {
 /// without the CURRENT that names them).
 #[derive(Clone, Copy, PartialEq)]
 enum Debris {
-    /// Leave them for `CheckpointStore::open` to refuse: the store may hold state
-    /// nothing else does (an at-least-once job's, or one the changelog lost).
+    /// Leave them for `CheckpointStore::open` to refuse: at a job's start, its own
+    /// state_dir may hold state nothing else does (an at-least-once job's, or one the
+    /// changelog lost), and files this process did not write.
     Refuse,
     /// Delete them: a scaled-out process's slot holds nothing Kafka does not, since
-    /// such a process recovers from Kafka alone.
+    /// such a process recovers from Kafka alone; and a store deleted under the running
+    /// process was its own.
     Clear,
 }
 
