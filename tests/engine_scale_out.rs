@@ -278,9 +278,9 @@ fn a_process_joins_and_another_leaves_with_sigterm() {
     assert!(cached, "no restore used the state_dir:\n{}", logs(&processes));
 }
 
-/// Once both of `processes` have committed, pauses the first (SIGSTOP) and waits until
-/// the second has taken over everything, as it does once the paused one's session
-/// times out; returns when the pause began.
+/// Once both of `processes` have committed, pauses the first (SIGSTOP) until the second
+/// has taken over everything, as it does once the paused one's session times out, and
+/// at least `PAUSE`; returns when the pause began.
 fn pause_until_taken_over(processes: &[Process]) -> Instant {
     for process in processes {
         wait_for_commit(process);
@@ -289,6 +289,7 @@ fn pause_until_taken_over(processes: &[Process]) -> Instant {
     processes[0].signal(libc::SIGSTOP);
     let paused = Instant::now();
     job::wait_for_more(&processes[1].log, RUNNING, runs_before, Duration::from_secs(60));
+    std::thread::sleep(PAUSE.saturating_sub(paused.elapsed()));
     paused
 }
 
@@ -298,7 +299,6 @@ fn a_paused_process_commits_nothing_after_the_group_moved_its_partitions() {
     let producer = produce(&job, 50);
     let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
     let paused = pause_until_taken_over(&processes);
-    std::thread::sleep(PAUSE.saturating_sub(paused.elapsed()));
     let resumed_at = processes[0].log().len();
     let pause = paused.elapsed();
     processes[0].signal(libc::SIGCONT);
@@ -332,6 +332,9 @@ fn a_process_stopped_as_it_resumes_after_losing_its_partitions_exits_cleanly() {
     processes[0].signal(libc::SIGCONT);
     let status = job::wait(&mut processes[0].child, Duration::from_secs(60));
     assert!(status.is_some_and(|s| s.success()), "the resumed process exited with {status:?} after SIGTERM; logs:\n{}", logs(&processes));
+    let text = processes[0].log();
+    assert!(text.contains("stopping without a final checkpoint"), "the resumed process did not lose its partitions:\n{text}");
+    assert!(!text.contains("stopped after committing a final checkpoint"), "the resumed process says it committed:\n{text}");
     processes.remove(0);
     let input = producer.join().expect("producer thread");
     stop_and_compare(&job, &mut processes, &input);

@@ -576,7 +576,7 @@ fn a_directory_that_is_not_a_weir_store_is_refused() {
 /// fails and leaves the store's files without CURRENT. A slot holds nothing Kafka does
 /// not, so a process clears that and opens its slot anew; a slot with anything else in
 /// it, and a job's own state_dir at its start (which may hold state nothing else does),
-/// are refused; what a deletion under the running job left of its own is cleared.
+/// are refused; what a deletion under the running job left of its own is moved aside.
 #[test]
 fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
     use weir::checkpoint::state_dir::StateDir;
@@ -612,15 +612,22 @@ fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
     assert!(error.to_string().contains("without a RocksDB CURRENT file"), "{error}");
     assert!(own.read_dir().unwrap().next().is_some(), "the refused state_dir keeps its files");
 
-    // Deleted under the running process, a job's own store was its own: what the
-    // deletion left is cleared when the process opens its store anew.
+    // What a deletion under the running process left of a job's own store is moved
+    // aside when the process opens its store anew: it goes on, and nothing is destroyed.
     let running = tmp.path().join("running");
     let (mut claimed, store) = StateDir::claim(&running, JOB, false).expect("a new state_dir");
     write_checkpoint(&store, 1, &[("source/0", b"offsets")], b"meta");
     drop(store);
     std::fs::remove_file(running.join("CURRENT")).unwrap();
-    let store = claimed.reopen().expect("what the deletion left is cleared");
+    let mut left: Vec<_> = std::fs::read_dir(&running).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+    left.sort();
+    let store = claimed.reopen().expect("what the deletion left is moved aside");
     assert!(sealed(&store).is_empty(), "a store opened anew holds nothing");
+    let aside: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|entry| entry.unwrap().path()).filter(|path| path.to_string_lossy().contains("running.left-")).collect();
+    assert_eq!(aside.len(), 1, "one directory set aside: {aside:?}");
+    let mut kept: Vec<_> = std::fs::read_dir(&aside[0]).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+    kept.sort();
+    assert_eq!(kept, left, "the files set aside are the ones the deletion left");
 
     // Debris whose RocksDB LOCK another live process holds is that process's store:
     // the claim takes the next slot and leaves it alone.

@@ -6,7 +6,7 @@
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::store::{CheckpointStore, StoreError};
 
@@ -51,10 +51,10 @@ impl StateDir {
 
     /// Opens the store again, after the last handle to it was dropped. A directory that
     /// vanished is created anew, empty; one still being deleted (files left, the store's
-    /// CURRENT gone) is given a moment to go, and what its deletion left is cleared: the
-    /// store was this process's, and whoever deleted it under the running process meant
-    /// its state to go (a job's own state_dir is refused only at the start, where such
-    /// files may be another's). A scaled-out process whose slot's lock file
+    /// CURRENT gone) is given a moment to go. What a deletion left then is cleared from a
+    /// scaled-out process's slot, and moved aside from a job's own state_dir, whose files
+    /// may be what a repair needs (at its start, they are refused instead: they may be
+    /// another's). A scaled-out process whose slot's lock file
     /// was deleted (with the state_dir) holds nothing any more: another process may have
     /// claimed that slot meanwhile, so it claims the first free one, as at its start.
     pub fn reopen(&mut self) -> Result<CheckpointStore, StoreError> {
@@ -71,7 +71,8 @@ impl StateDir {
             *self = claimed;
             return Ok(store);
         }
-        open_settled(&self.store_dir, &self.job, Debris::Clear)
+        let debris = if self.slot_lock.is_some() { Debris::Clear } else { Debris::SetAside };
+        open_settled(&self.store_dir, &self.job, debris)
     }
 
     /// The store's directory.
@@ -103,9 +104,13 @@ enum Debris {
     /// changelog lost), and files this process did not write.
     Refuse,
     /// Delete them: a scaled-out process's slot holds nothing Kafka does not, since
-    /// such a process recovers from Kafka alone; and a store deleted under the running
-    /// process was its own.
+    /// such a process recovers from Kafka alone.
     Clear,
+    /// Move them to a directory beside it and go on with an empty store: a job's own
+    /// store deleted under the running process. Nothing is destroyed, so what they hold
+    /// stays at hand for a repair (an at-least-once job's state, or one the changelog
+    /// lost); an exactly-once job rebuilds its state from the changelog.
+    SetAside,
 }
 
 /// Opens the store in `dir`, allowing for a deletion of it under way (someone deleting
@@ -117,8 +122,8 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
     let deadline = Instant::now() + DELETION_WAIT;
     loop {
         wait_while_deleted(dir);
-        if debris == Debris::Clear {
-            clear_debris(dir)?;
+        if debris != Debris::Refuse {
+            clear_debris(dir, debris)?;
         }
         let before = listing(dir);
         match CheckpointStore::open(dir, job) {
@@ -131,11 +136,11 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
     }
 }
 
-/// Deletes `dir` if it holds only RocksDB's files and no CURRENT, or a CURRENT naming a
-/// MANIFEST that is gone: what is left of a store whose deletion was interrupted, which
-/// no RocksDB can open. One another live process still has open (its RocksDB holds the
-/// LOCK file) is that process's: `Locked`.
-fn clear_debris(dir: &Path) -> Result<(), StoreError> {
+/// Deletes `dir`, or moves it aside (`debris`), if it holds only RocksDB's files and no
+/// CURRENT, or a CURRENT naming a MANIFEST that is gone: what is left of a store whose
+/// deletion was interrupted, which no RocksDB can open. One another live process still
+/// has open (its RocksDB holds the LOCK file) is that process's: `Locked`.
+fn clear_debris(dir: &Path, debris: Debris) -> Result<(), StoreError> {
     let names = listing(dir);
     let only_rocksdb = names.iter().all(|name| name == "CURRENT" || is_rocksdb_file(name));
     if names.is_empty() || !only_rocksdb || !lost_its_manifest(dir) {
@@ -145,15 +150,34 @@ fn clear_debris(dir: &Path) -> Result<(), StoreError> {
         let detail = "another live process's RocksDB holds it, though its CURRENT file is gone".to_owned();
         return Err(StoreError::Locked { dir: dir.to_owned(), detail });
     }
-    tracing::warn!(
-        "{} holds a checkpoint store's files without its CURRENT file (a deletion of it was interrupted): \
-         deleting them; this process's state comes back from Kafka",
-        dir.display()
-    );
+    let left = "holds what a deletion of its checkpoint store left (RocksDB's files without the CURRENT or MANIFEST that names them)";
+    if debris == Debris::SetAside {
+        return set_aside(dir, left);
+    }
+    tracing::warn!("{} {left}: deleting them; this process's state comes back from Kafka", dir.display());
     match std::fs::remove_dir_all(dir) {
         Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
         _ => Ok(()),
     }
+}
+
+/// Renames `dir` to a new name beside it; if that fails, leaves it for
+/// `CheckpointStore::open` to judge.
+fn set_aside(dir: &Path, left: &str) -> Result<(), StoreError> {
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let mut aside = dir.as_os_str().to_owned();
+    aside.push(format!(".left-{millis}"));
+    let aside = PathBuf::from(aside);
+    match std::fs::rename(dir, &aside) {
+        Ok(()) => tracing::warn!(
+            "{} {left}: moved them to {} and starting an empty store; an exactly-once job's state comes back from \
+             Kafka; delete that directory once the job runs as it should",
+            dir.display(),
+            aside.display()
+        ),
+        Err(error) => tracing::warn!("{} {left}, and moving them aside failed: {error}", dir.display()),
+    }
+    Ok(())
 }
 
 /// Whether the store in `dir` has no CURRENT, or one naming a MANIFEST that is not there.

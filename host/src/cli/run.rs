@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context;
 use clap::Args;
 use weir::checkpoint::state_dir::StateDir;
-use weir::engine::{Engine, Options};
+use weir::engine::{Engine, Options, Stopped};
 use weir::metrics::Metrics;
 use weir::operator::{LoadLimits, Plugin, Runtime, RuntimeConfig};
 use weir::status::Status;
@@ -79,8 +79,10 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     let engine = Engine::new(job, plugins, state_dir, Options { stop, metrics });
-    engine.run()?;
-    tracing::info!("stopped after committing a final checkpoint");
+    match engine.run()? {
+        Stopped::Committed => tracing::info!("stopped after committing a final checkpoint"),
+        Stopped::Handed => tracing::info!("stopped; the processes that own its partitions now go on from their last committed checkpoint"),
+    }
     Ok(())
 }
 

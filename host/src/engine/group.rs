@@ -28,7 +28,7 @@ use crate::source;
 
 use super::coordinator::Outcome;
 use super::restart::RestartBudget;
-use super::{Engine, Records, graph, recover};
+use super::{Engine, Records, Stopped, graph, recover};
 
 /// How long one poll of the group consumer waits for an event.
 const POLL: Duration = Duration::from_millis(50);
@@ -45,9 +45,9 @@ const MEMBERSHIP_DEFAULTS: [(&str, &str); 3] = [
 /// starts again with what it believes it owns.
 const FENCED_WAIT: Duration = Duration::from_secs(15);
 
-/// Runs this process's share of the job until a stop is requested (then returns Ok
-/// after a final commit and leaving the group) or it fails in a way a restart cannot cure.
-pub(super) fn run(engine: &Engine) -> Result<(), TaskFailure> {
+/// Runs this process's share of the job until a stop is requested (then says how it
+/// ended, having left the group) or it fails in a way a restart cannot cure.
+pub(super) fn run(engine: &Engine) -> Result<Stopped, TaskFailure> {
     let job = &engine.job;
     recover::check_source(job)?;
     let consumer = Arc::new(join(job)?);
@@ -109,7 +109,7 @@ impl<'a> Shares<'a> {
         }
     }
 
-    fn run<'scope>(mut self, scope: &'scope std::thread::Scope<'scope, '_>) -> Result<(), TaskFailure>
+    fn run<'scope>(mut self, scope: &'scope std::thread::Scope<'scope, '_>) -> Result<Stopped, TaskFailure>
     where
         'a: 'scope,
     {
@@ -121,12 +121,13 @@ impl<'a> Shares<'a> {
             }
             let owned = self.owned();
             if self.engine.options.stop.load(Ordering::Relaxed) || owned.is_err() {
+                let mut stopped = Stopped::Committed;
                 if let Some(attempt) = running.take() {
                     attempt.control.stop.store(true, Ordering::Relaxed);
                     let outcome = outcome_of(attempt.handle);
-                    last_outcome(outcome, attempt.control.abandon.load(Ordering::Relaxed))?;
+                    stopped = last_outcome(outcome, attempt.control.abandon.load(Ordering::Relaxed))?;
                 }
-                return owned.map(|_| ());
+                return owned.map(|_| stopped);
             }
             let owned = owned?;
             self.engine.options.metrics.group().owned_partitions.set(owned.len() as i64);
@@ -248,13 +249,13 @@ impl<'a> Shares<'a> {
 /// while it committed its final checkpoint (fenced, or its membership gone) ends the
 /// process as cleanly as a commit: what it had not committed is read again by whoever
 /// owns its partitions now, from their last committed checkpoint.
-fn last_outcome(outcome: Result<Outcome, TaskFailure>, abandoned: bool) -> Result<(), TaskFailure> {
+fn last_outcome(outcome: Result<Outcome, TaskFailure>, abandoned: bool) -> Result<Stopped, TaskFailure> {
     match outcome {
-        Ok(_) => Ok(()),
-        Err(TaskFailure::Stopped) if abandoned => Ok(()),
+        Ok(_) => Ok(Stopped::Committed),
+        Err(TaskFailure::Stopped) if abandoned => Ok(Stopped::Handed),
         Err(failure @ (TaskFailure::Fenced(_) | TaskFailure::LeftGroup(_))) => {
             tracing::warn!("{failure}; stopping without a final checkpoint: its partitions go on from the last committed one");
-            Ok(())
+            Ok(Stopped::Handed)
         }
         Err(failure) => Err(failure),
     }

@@ -28,6 +28,16 @@ use restart::RestartBudget;
 
 pub use crate::dataflow::{Origin, TaskFailure};
 
+/// How a run asked to stop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// After a final commit of what it had read, or with nothing running to commit.
+    Committed,
+    /// A scaled-out process the group had moved on from: its final checkpoint could not
+    /// commit, and whoever owns its partitions now goes on from their last committed one.
+    Handed,
+}
+
 /// What the engine needs beyond the job file.
 pub struct Options {
     pub stop: Arc<AtomicBool>,
@@ -79,9 +89,9 @@ impl Engine {
         result
     }
 
-    /// Runs the job until a stop is requested (then returns Ok after a final commit)
-    /// or it fails in a way a restart cannot cure.
-    pub fn run(&self) -> Result<(), TaskFailure> {
+    /// Runs the job until a stop is requested (then says how it ended) or it fails in a
+    /// way a restart cannot cure.
+    pub fn run(&self) -> Result<Stopped, TaskFailure> {
         self.check_operators()?;
         if self.job.scale_out {
             return group::run(self);
@@ -91,7 +101,7 @@ impl Engine {
         let mut started_once = false;
         loop {
             let failure = match self.attempt(&records, &mut started_once) {
-                Ok(Outcome::Stopped) => return Ok(()),
+                Ok(Outcome::Stopped) => return Ok(Stopped::Committed),
                 Err(failure) => failure,
             };
             if failure.is_fatal() || !started_once {

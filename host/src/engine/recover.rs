@@ -161,7 +161,7 @@ pub(super) fn recover_shard(
     // The changelog is looked at (a few requests) while the earlier owners are fenced.
     let (connected, inspected) = std::thread::scope(|scope| {
         let inspecting = scope.spawn(|| match job.keeps_state() {
-            true => changelog::inspect_shard(job, (expected_groups(job, count as usize), count), |found| shardable(job, found, count)),
+            true => changelog::inspect_shard(job, (expected_groups(job, count as usize), count)),
             false => Ok(None),
         });
         let shard_sink = ShardSink { member, partitions: count, shape, lowest, key_groups: None };
@@ -178,7 +178,7 @@ pub(super) fn recover_shard(
     let (mut sink, resume_consumer, resume) = connected?;
     go_on()?;
     check_placement(job, count, shape, &resume)?;
-    let recorded = recorded_groups(job, &resume);
+    let recorded = recorded_groups(job, &resume)?;
     let (placement, rebuilt) = match inspected?.map(|placement| as_recorded(job, placement, recorded, count)).transpose()? {
         Some(placement) => {
             let committed = resume.offsets.keys().copied().collect();
@@ -354,22 +354,30 @@ fn committed_shard_inputs(job: &Job, consumer: &BaseConsumer, owned: &[i32]) -> 
     Ok(resume)
 }
 
-/// `key_groups`, if a scaled-out job can keep its state in them: whole groups per input
-/// partition, and at least one per subtask.
 /// The key groups a scaled-out job's committed offsets recorded, when its job file names
 /// none (`check_placement` refuses one that names another count): the default for its
-/// input may have been another when they were taken.
-fn recorded_groups(job: &Job, resume: &ShardResume) -> Option<KeyGroups> {
-    let recorded = resume.offsets.values().find_map(|(_, meta)| meta.key_groups);
-    recorded.filter(|_| job.key_groups.is_none()).map(KeyGroups::new)
+/// input may have been another when they were taken. Offsets that disagree are refused.
+fn recorded_groups(job: &Job, resume: &ShardResume) -> Result<Option<KeyGroups>, TaskFailure> {
+    if job.key_groups.is_some() {
+        return Ok(None);
+    }
+    let counts: BTreeSet<u32> = resume.offsets.values().filter_map(|(_, meta)| meta.key_groups).filter(|&g| g > 0).collect();
+    match counts.len() {
+        0 | 1 => Ok(counts.first().copied().map(KeyGroups::new)),
+        _ => Err(TaskFailure::Incompatible(format!(
+            "the committed offsets of `{}` record different key-group counts ({counts:?}): they were written by \
+             another job of the same name, or changed outside weir; start over under a new job name",
+            job.sources[0].topic
+        ))),
+    }
 }
 
 /// The changelog's `placement` as found from the job file's key groups, or, if its
-/// offsets recorded others, those in the same partitions.
+/// offsets recorded others, those in the same partitions; refused unless a scaled-out
+/// job can keep its state in them (`shardable`).
 fn as_recorded(job: &Job, placement: changelog::Placement, recorded: Option<KeyGroups>, partitions: u32) -> Result<changelog::Placement, TaskFailure> {
-    match recorded {
+    let placement = match recorded {
         Some(groups) if groups != placement.groups() => {
-            let groups = shardable(job, groups, partitions)?;
             if placement.partitions() > groups.count() {
                 return Err(TaskFailure::Incompatible(format!(
                     "the changelog of job `{}` has {} partitions, more than the {} key groups its checkpoints recorded: \
@@ -379,12 +387,16 @@ fn as_recorded(job: &Job, placement: changelog::Placement, recorded: Option<KeyG
                     groups.count()
                 )));
             }
-            Ok(changelog::Placement::new(groups, placement.partitions()))
+            changelog::Placement::new(groups, placement.partitions())
         }
-        _ => Ok(placement),
-    }
+        _ => placement,
+    };
+    shardable(job, placement.groups(), partitions)?;
+    Ok(placement)
 }
 
+/// `key_groups`, if a scaled-out job can keep its state in them: whole groups per input
+/// partition, and at least one per subtask.
 fn shardable(job: &Job, key_groups: KeyGroups, partitions: u32) -> Result<KeyGroups, TaskFailure> {
     if key_groups.count().is_multiple_of(partitions) && job.parallelism <= key_groups.count() {
         return Ok(key_groups);

@@ -223,11 +223,7 @@ pub(crate) struct Rebuilt {
 /// them before placements; `check` accepts the groups or says why they cannot be this
 /// job's), after checking that it is compacted and that each partition's groups travel
 /// in one input partition of `input_partitions`; `None` when it does not exist.
-pub(crate) fn inspect_shard(
-    job: &Job,
-    (expected, input_partitions): (KeyGroups, u32),
-    check: impl Fn(KeyGroups) -> Result<KeyGroups, TaskFailure>,
-) -> Result<Option<Placement>, TaskFailure> {
+pub(crate) fn inspect_shard(job: &Job, (expected, input_partitions): (KeyGroups, u32)) -> Result<Option<Placement>, TaskFailure> {
     let topic = topic(job);
     let Some(found) = partition_count(job, &topic)? else { return Ok(None) };
     let placement = placed(job, &topic, expected, found)?;
@@ -241,8 +237,7 @@ pub(crate) fn inspect_shard(
         )));
     }
     check_compacted(job, &topic, &topic_config(job, &topic, "cleanup.policy")?)?;
-    let groups = check(placement.groups())?;
-    Ok(Some(Placement::new(groups, found)))
+    Ok(Some(placement))
 }
 
 /// Where the key groups are in a changelog of `found` partitions when the job has
