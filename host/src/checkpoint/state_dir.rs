@@ -147,7 +147,7 @@ fn clear_debris(dir: &Path, debris: Debris) -> Result<(), StoreError> {
         return Ok(());
     }
     if lock_held_elsewhere(&dir.join("LOCK")) {
-        let detail = "another live process's RocksDB holds it, though its CURRENT file is gone".to_owned();
+        let detail = "another live process's RocksDB holds it, though its CURRENT file, or the MANIFEST that file names, is gone".to_owned();
         return Err(StoreError::Locked { dir: dir.to_owned(), detail });
     }
     let left = "holds what a deletion of its checkpoint store left (RocksDB's files without the CURRENT or MANIFEST that names them)";

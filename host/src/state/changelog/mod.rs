@@ -220,9 +220,9 @@ pub(crate) struct Rebuilt {
 
 /// A process of a scaled-out job: where the changelog's key groups are (`expected`
 /// groups, or one per partition of a changelog of more partitions, as weir created
-/// them before placements; `check` accepts the groups or says why they cannot be this
-/// job's), after checking that it is compacted and that each partition's groups travel
-/// in one input partition of `input_partitions`; `None` when it does not exist.
+/// them before placements; the caller checks that the job can keep its state in them),
+/// after checking that it is compacted and that each partition's groups travel in one
+/// input partition of `input_partitions`; `None` when it does not exist.
 pub(crate) fn inspect_shard(job: &Job, (expected, input_partitions): (KeyGroups, u32)) -> Result<Option<Placement>, TaskFailure> {
     let topic = topic(job);
     let Some(found) = partition_count(job, &topic)? else { return Ok(None) };
