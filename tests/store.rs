@@ -600,6 +600,15 @@ fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
     write_checkpoint(&store, 1, &[("source/0", b"offsets")], b"meta");
     drop((claimed, store));
 
+    // Or leave both, the MANIFEST naming files that are gone: RocksDB calls it corrupt,
+    // as it does the garbled MANIFEST this stands for.
+    let current = std::fs::read_to_string(slot.join("CURRENT")).unwrap();
+    std::fs::write(slot.join(current.trim_end()), vec![0xa5u8; 4096]).unwrap();
+    let (claimed, store) = StateDir::claim(&shared, JOB, true).expect("a slot RocksDB cannot read is cleared");
+    assert!(sealed(&store).is_empty(), "a cleared slot holds nothing");
+    write_checkpoint(&store, 1, &[("source/0", b"offsets")], b"meta");
+    drop((claimed, store));
+
     // The deletion may go the other way: the MANIFEST gone, the CURRENT naming it left.
     let current = std::fs::read_to_string(slot.join("CURRENT")).unwrap();
     std::fs::remove_file(slot.join(current.trim_end())).unwrap();

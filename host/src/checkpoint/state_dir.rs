@@ -131,6 +131,17 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
                 tracing::debug!("{} changed while it was opened ({error}); trying again", dir.display());
                 std::thread::sleep(Duration::from_millis(50));
             }
+            // A slot the deletion left with a CURRENT and MANIFEST naming table files it
+            // took: as unreadable as one without them, and as much a cache.
+            Err(StoreError::Unreadable { detail, .. })
+                if debris == Debris::Clear && Instant::now() < deadline && only_rocksdb(dir) && !lock_held_elsewhere(&dir.join("LOCK")) =>
+            {
+                tracing::warn!("{} cannot be opened ({detail}): deleting it; this process's state comes back from Kafka", dir.display());
+                match std::fs::remove_dir_all(dir) {
+                    Err(source) if source.kind() != std::io::ErrorKind::NotFound => return Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
+                    _ => {}
+                }
+            }
             done => return done,
         }
     }
@@ -141,9 +152,7 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
 /// deletion was interrupted, which no RocksDB can open. One another live process still
 /// has open (its RocksDB holds the LOCK file) is that process's: `Locked`.
 fn clear_debris(dir: &Path, debris: Debris) -> Result<(), StoreError> {
-    let names = listing(dir);
-    let only_rocksdb = names.iter().all(|name| name == "CURRENT" || is_rocksdb_file(name));
-    if names.is_empty() || !only_rocksdb || !lost_its_manifest(dir) {
+    if listing(dir).is_empty() || !only_rocksdb(dir) || !lost_its_manifest(dir) {
         return Ok(());
     }
     if lock_held_elsewhere(&dir.join("LOCK")) {
@@ -178,6 +187,11 @@ fn set_aside(dir: &Path, left: &str) -> Result<(), StoreError> {
         Err(error) => tracing::warn!("{} {left}, and moving them aside failed: {error}", dir.display()),
     }
     Ok(())
+}
+
+/// Whether `dir` holds only the files RocksDB gives a store.
+fn only_rocksdb(dir: &Path) -> bool {
+    listing(dir).iter().all(|name| name == "CURRENT" || is_rocksdb_file(name))
 }
 
 /// Whether the store in `dir` has no CURRENT, or one naming a MANIFEST that is not there.
