@@ -665,6 +665,48 @@ fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
     assert!(error.to_string().contains("without a RocksDB CURRENT file"), "{error}");
     assert!(other.join("process-0").join("notes.txt").exists());
 }
+/// A slot a deletion of the state_dir left half gone (its files without a CURRENT, the
+/// lock files gone) while another process's RocksDB still writes into it: a claim that
+/// finds files appearing as it deletes the slot leaves the slot to that process and goes
+/// on to the next one, where it used to stop with "Directory not empty". (Whether the
+/// deletion meets a new file is a race: a deletion that wins takes the slot, also right.)
+#[test]
+fn a_slot_another_process_still_writes_into_is_left_to_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use weir::checkpoint::state_dir::StateDir;
+    let tmp = temp_dir();
+    let shared = tmp.path().join("shared");
+    let slot = shared.join("process-0");
+    std::fs::create_dir_all(&slot).unwrap();
+    std::fs::write(slot.join("000012.log"), b"x").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, slot) = (Arc::clone(&stop), slot.clone());
+        // Log files, as a live RocksDB writes them; once the directory is gone it writes
+        // no more (RocksDB does not create its directory again).
+        std::thread::spawn(move || {
+            let mut written = 0u64;
+            for n in 13u64.. {
+                if stop.load(Ordering::Relaxed) || std::fs::write(slot.join(format!("{n:06}.log")), b"x").is_err() {
+                    break;
+                }
+                written += 1;
+            }
+            written
+        })
+    };
+    let claimed = StateDir::claim(&shared, JOB, true).map(|(claimed, _)| claimed.store_dir().to_owned());
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().expect("writer thread");
+    let claimed = claimed.expect("a slot is claimed");
+    assert!(written > 0, "the writer wrote nothing");
+    if claimed == shared.join("process-1") {
+        assert!(slot.exists(), "the other process's slot is left to it");
+    } else {
+        assert_eq!(claimed, slot, "the deletion won the race and the slot is claimed");
+    }
+}
+
 #[test]
 fn names_and_sizes_are_bounded() {
     let tmp = temp_dir();

@@ -56,23 +56,24 @@ impl StateDir {
     /// may be what a repair needs (at its start, they are refused instead: they may be
     /// another's). A scaled-out process whose slot's lock file
     /// was deleted (with the state_dir) holds nothing any more: another process may have
-    /// claimed that slot meanwhile, so it claims the first free one, as at its start.
+    /// claimed that slot meanwhile, so it claims the first free one, as at its start; so
+    /// it does when another live process turns out to work in its slot.
     pub fn reopen(&mut self) -> Result<CheckpointStore, StoreError> {
-        if let Some((lock_path, lock)) = &self.slot_lock
-            && !still_locks(lock_path, lock)
-        {
-            let state_dir = lock_path.parent().expect("a slot's lock file is in the state_dir").to_owned();
-            tracing::warn!(
-                "{} was deleted: claiming a slot of the state_dir {} anew",
-                lock_path.display(),
-                state_dir.display()
-            );
-            let (claimed, store) = StateDir::claim(&state_dir, &self.job, true)?;
-            *self = claimed;
-            return Ok(store);
-        }
-        let debris = if self.slot_lock.is_some() { Debris::Clear } else { Debris::SetAside };
-        open_settled(&self.store_dir, &self.job, debris)
+        let Some((lock_path, lock)) = &self.slot_lock else {
+            return open_settled(&self.store_dir, &self.job, Debris::SetAside);
+        };
+        let why = match still_locks(lock_path, lock) {
+            false => format!("{} was deleted", lock_path.display()),
+            true => match open_settled(&self.store_dir, &self.job, Debris::Clear) {
+                Err(StoreError::Locked { dir, detail }) => format!("{} is another process's ({detail})", dir.display()),
+                opened => return opened,
+            },
+        };
+        let state_dir = lock_path.parent().expect("a slot's lock file is in the state_dir").to_owned();
+        tracing::warn!("{why}: claiming a slot of the state_dir {} anew", state_dir.display());
+        let (claimed, store) = StateDir::claim(&state_dir, &self.job, true)?;
+        *self = claimed;
+        Ok(store)
     }
 
     /// The store's directory.
@@ -137,10 +138,7 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
                 if debris == Debris::Clear && Instant::now() < deadline && only_rocksdb(dir) && !lock_held_elsewhere(&dir.join("LOCK")) =>
             {
                 tracing::warn!("{} cannot be opened ({detail}): deleting it; this process's state comes back from Kafka", dir.display());
-                match std::fs::remove_dir_all(dir) {
-                    Err(source) if source.kind() != std::io::ErrorKind::NotFound => return Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
-                    _ => {}
-                }
+                delete_slot(dir)?;
             }
             done => return done,
         }
@@ -164,9 +162,21 @@ fn clear_debris(dir: &Path, debris: Debris) -> Result<(), StoreError> {
         return set_aside(dir, left);
     }
     tracing::warn!("{} {left}: deleting them; this process's state comes back from Kafka", dir.display());
+    delete_slot(dir)
+}
+
+/// Deletes a scaled-out process's slot. Files that appear in it while it goes are
+/// another live process's writes: one whose lock files a deletion of the state_dir took,
+/// and whose RocksDB still works in the slot. The slot is that process's: `Locked`.
+fn delete_slot(dir: &Path) -> Result<(), StoreError> {
     match std::fs::remove_dir_all(dir) {
-        Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
-        _ => Ok(()),
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty => Err(StoreError::Locked {
+            dir: dir.to_owned(),
+            detail: "files appeared in it while it was deleted: another live process's RocksDB writes into it".to_owned(),
+        }),
+        Err(source) => Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
     }
 }
 
