@@ -51,11 +51,40 @@ fn produce_paced(topic: &str, clicks: Clicks, chunks: usize, flush: bool) -> std
     })
 }
 
+/// Input at a steady `per_second` records a second for `seconds`, then the flush
+/// records, from one producer. Returns everything produced.
+fn produce_steady(topic: &str, clicks: Clicks, per_second: usize, seconds: u64) -> std::thread::JoinHandle<(Clicks, Vec<Input>)> {
+    const TICK: Duration = Duration::from_millis(50);
+    let topic = topic.to_string();
+    let mut clicks = clicks;
+    std::thread::spawn(move || {
+        let producer = support::input_producer();
+        let mut all = Vec::new();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(seconds) {
+            let chunk = clicks.take(per_second * TICK.as_millis() as usize / 1_000);
+            support::send(&producer, &topic, &chunk);
+            all.extend(chunk);
+            std::thread::sleep(TICK); // pacing, not synchronisation
+        }
+        let records = clicks.flush();
+        support::send(&producer, &topic, &records);
+        all.extend(records);
+        producer.flush(Duration::from_secs(30)).expect("flush");
+        (clicks, all)
+    })
+}
+
 /// Runs the job until its committed output holds the reference of `input`, stops it
 /// and compares the whole committed output. Returns the log.
 fn finish_and_compare(job: &JobDir, input: &[Input], log: &std::path::Path) -> String {
+    finish_and_compare_with(job, input, log, &[])
+}
+
+/// As `finish_and_compare`, the job run with `env`.
+fn finish_and_compare_with(job: &JobDir, input: &[Input], log: &std::path::Path, env: &[(&str, &str)]) -> String {
     let expected = clicks::window_counts(input, WINDOW_MS);
-    let mut child = job::start(&job.path(), log, &[]);
+    let mut child = job::start(&job.path(), log, env);
     let mut tail = Tail::new(&job.output, PARTITIONS);
     let complete = tail.until_while(expected.len(), Duration::from_secs(180), &mut child);
     let status = job::terminate(&mut child, Duration::from_secs(60));
@@ -83,7 +112,13 @@ fn last_committed(log: &str) -> u64 {
 }
 
 fn runs_until_killed(job: &JobDir, log: &std::path::Path, fault: &str) {
-    let mut child = job::start(&job.path(), log, &[("WEIR_FAULT", fault)]);
+    runs_until_killed_with(job, log, fault, &[]);
+}
+
+/// As `runs_until_killed`, the job run with `env` too.
+fn runs_until_killed_with(job: &JobDir, log: &std::path::Path, fault: &str, env: &[(&str, &str)]) {
+    let env: Vec<(&str, &str)> = [("WEIR_FAULT", fault)].into_iter().chain(env.iter().copied()).collect();
+    let mut child = job::start(&job.path(), log, &env);
     let status = job::wait(&mut child, Duration::from_secs(90))
         .unwrap_or_else(|| panic!("WEIR_FAULT={fault} did not fire within 90 s; log:\n{}", job::read_log(log)));
     assert_eq!(status.signal(), Some(libc::SIGKILL), "WEIR_FAULT={fault}: got {status}; log:\n{}", job::read_log(log));
@@ -127,6 +162,63 @@ fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
     let (_, input) = producer.join().expect("producer thread");
     let text = finish_and_compare(&job, &input, &log);
     assert!(text.contains("killing the process at InBase"), "no kill landed in a base:\n{text}");
+    assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
+}
+
+/// Early snapshot rounds (forced on: they pay only on input bigger than a test's): a
+/// subtask writes its changes into the next checkpoint's open transaction before the
+/// barrier. Random kills while every commit is slowed (early rounds fall due while a
+/// checkpoint is in flight, when its transaction must not take them), then kills right
+/// after such a round and after the commit of a checkpoint that had them, with the
+/// state_dir deleted before some restarts: the output stays exact.
+#[test]
+fn early_snapshot_rounds_survive_kills_after_them() {
+    const EARLY: (&str, &str) = ("WEIR_EARLY_ROUNDS", "always");
+    let job = job::job_dir("seg-early");
+    topics(&job);
+    // Early rounds a quarter interval (100 ms) apart.
+    job.window_count(2, 400, WINDOW_MS as u64, "");
+    let producer = produce_steady(&job.input, Clicks::new(41, PARTITIONS, 200_000), 10_000, 40);
+    let log = job.dir.path().join("weir.log");
+    let mut seed = support::crash_seed();
+    for round in 0..4 {
+        if round % 2 == 1 && job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
+        let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", "slow-commit:250"), EARLY]);
+        std::thread::sleep(Duration::from_millis(1_500 + support::next_random(&mut seed) % 2_000));
+        job::kill(&mut child);
+    }
+    // Every checkpoint of a start but its first (100 ms in) has early rounds.
+    let kills = [
+        (1, "in-early-round", false),
+        (2, "in-early-round", true),
+        (3, "after-commit", false),
+        (3, "after-changes-sealed", true),
+        (3, "in-early-round", false),
+        (4, "after-commit", true),
+    ];
+    for (after, fault, lose_state) in kills {
+        if lose_state && job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
+        let at = last_committed(&job::read_log(&log)) + after;
+        runs_until_killed_with(&job, &log, &format!("{fault}:{at}"), &[EARLY]);
+    }
+    for _ in 0..3 {
+        let mut child = job::start(&job.path(), &log, &[EARLY]);
+        std::thread::sleep(Duration::from_millis(300 + support::next_random(&mut seed) % 2_000));
+        job::kill(&mut child);
+    }
+    let (_, input) = producer.join().expect("producer thread");
+    let text = finish_and_compare_with(&job, &input, &log, &[EARLY]);
+    assert!(text.contains("killing the process at InEarlyRound"), "no kill landed after an early round:\n{text}");
+    let early: u64 = text
+        .lines()
+        .filter(|line| line.contains("checkpoint committed"))
+        .filter_map(|line| line.split(" early_rounds=").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(early > 0, "no committed checkpoint had early rounds:\n{text}");
     assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
 }
 

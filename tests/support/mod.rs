@@ -167,13 +167,24 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 /// Produces `records` as (partition, key, value, timestamp) in one transaction-free
 /// idempotent producer, and waits until every one is acknowledged.
 pub fn produce(topic: &str, records: &[(i32, Vec<u8>, Vec<u8>, i64)]) {
-    use rdkafka::producer::BaseRecord;
-    let producer: BaseProducer = ClientConfig::new()
+    let producer = input_producer();
+    send(&producer, topic, records);
+    producer.flush(WAIT).expect("flush");
+}
+
+/// A transaction-free idempotent producer for test input.
+pub fn input_producer() -> BaseProducer {
+    ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
         .create()
-        .expect("producer");
+        .expect("producer")
+}
+
+/// Hands `records` to `producer`, waiting while its queue is full; does not flush.
+pub fn send(producer: &BaseProducer, topic: &str, records: &[(i32, Vec<u8>, Vec<u8>, i64)]) {
+    use rdkafka::producer::BaseRecord;
     for (partition, key, value, timestamp) in records {
         let mut record = BaseRecord::to(topic)
             .partition(*partition)
@@ -192,7 +203,6 @@ pub fn produce(topic: &str, records: &[(i32, Vec<u8>, Vec<u8>, i64)]) {
         }
         producer.poll(Duration::ZERO);
     }
-    producer.flush(WAIT).expect("flush");
 }
 
 /// The directory the example plugins are built into by `scripts/build-plugins`.

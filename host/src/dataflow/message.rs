@@ -65,8 +65,8 @@ pub(crate) enum Message {
 pub(crate) enum Event {
     /// A task's entry for checkpoint `n`, encoded by `checkpoint::layout`; sources add
     /// the offsets they reached, operator subtasks the state changes they wrote to the
-    /// changelog, for the store once `n` is committed.
-    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changes: Option<StateChanges> },
+    /// changelog (one per snapshot round, oldest first), for the store once `n` is committed.
+    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changes: Vec<StateChanges> },
     /// The sink has handed every record of epoch `n` to the producer.
     SinkAligned(u64),
     Failed(TaskFailure),

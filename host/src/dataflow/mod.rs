@@ -13,6 +13,6 @@ mod message;
 pub use failure::TaskFailure;
 pub(crate) use fanout::{Fanout, Reader};
 pub(crate) use input::{InputTopics, MAX_PARTITIONS, input_id, kafka_partition};
-pub(crate) use key_group::{KeyGroups, Shard};
+pub(crate) use key_group::{KeyGroups, Shard, murmur2};
 pub use message::Origin;
 pub(crate) use message::{DeadLetter, Event, Message, Records};

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -44,6 +44,9 @@ pub(super) struct Coordinator<'a> {
     pub(super) sources: Vec<Sender<Control>>,
     pub(super) events: Receiver<Event>,
     pub(super) committed: Sender<u64>,
+    /// The last checkpoint committed, for the operator subtasks: once N is, they may write
+    /// state changes of N+1 into its open transaction before its barrier.
+    pub(super) committed_through: &'a AtomicU64,
     /// Checkpoints committed, for the folder to fold into the store's state.
     pub(super) folds: Sender<Fold>,
     /// The folder's word that it has folded a checkpoint, when checkpoints wait for
@@ -171,6 +174,9 @@ impl Coordinator<'_> {
         let mut offsets = BTreeMap::new();
         let mut sink_aligned = false;
         let mut changes = Vec::new();
+        // Snapshot rounds the operator subtasks wrote before the barrier (each task's
+        // last round is the barrier's).
+        let mut early_rounds = 0;
 
         while tasks.len() < self.expected_states || !sink_aligned {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -181,7 +187,8 @@ impl Coordinator<'_> {
                     if !self.scaled_out {
                         self.store.put(n, &task, &bytes).map_err(TaskFailure::Store)?;
                     }
-                    changes.extend(by_task.filter(|c| !c.is_empty()));
+                    early_rounds += by_task.len().saturating_sub(1);
+                    changes.extend(by_task.into_iter().filter(|c| !c.is_empty()));
                     for state in reached.into_iter().flatten() {
                         offsets.insert(state.partition, state);
                     }
@@ -222,6 +229,7 @@ impl Coordinator<'_> {
             // The process lost its partitions while this checkpoint was gathered.
             return Err(TaskFailure::Stopped);
         }
+        fault::slow_commit();
         let what = format!("the Kafka commit of checkpoint {n}");
         let timer = Instant::now();
         self.watchdog
@@ -229,6 +237,7 @@ impl Coordinator<'_> {
         let commit_time = timer.elapsed();
         self.metrics.dead_letter_records().inc_by(self.sink.take_dead_letters());
         fault::point(Step::AfterCommit, n);
+        self.committed_through.store(n, Ordering::Release);
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 
         let (changed, changed_bytes) =
@@ -256,6 +265,7 @@ impl Coordinator<'_> {
             changelog_records = records,
             changelog_bytes = record_bytes,
             bases,
+            early_rounds,
             partitions = offsets.len(),
             gathered_ms = gathered.as_millis() as u64,
             commit_ms = commit_time.as_millis() as u64,

@@ -1,7 +1,8 @@
 //! A test-only fault-injection switch: `WEIR_FAULT=<step>:<n>` kills the process with
 //! SIGKILL when it reaches `<step>` of checkpoint `n` exactly (checkpoint 1 included), so
 //! the crash tests can prove recovery from each step of the protocol; `panic-in-operator`
-//! panics an operator task instead, and `slow-restore:<ms>` slows a restore down. Compiled in only with the `fault-injection` feature
+//! panics an operator task instead, `slow-restore:<ms>` slows a restore down and
+//! `slow-commit:<ms>` every Kafka commit. Compiled in only with the `fault-injection` feature
 //! (the test suite's build); in the binary users run, `point` is empty.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +27,9 @@ pub(crate) enum Step {
     /// An operator subtask writing a base in checkpoint N or the first after it that
     /// writes one: the records it replaces removed and its chunks sent, its end not.
     InBase,
+    /// An operator subtask wrote a snapshot round before barrier N, or before the first
+    /// barrier after it that has one: its records delivered into N's open transaction.
+    InEarlyRound,
 }
 
 #[cfg(feature = "fault-injection")]
@@ -40,6 +44,7 @@ impl Step {
             "panic-in-operator" => Some(Step::PanicInOperator),
             "during-reseed" => Some(Step::DuringReseed),
             "in-base" => Some(Step::InBase),
+            "in-early-round" => Some(Step::InEarlyRound),
             _ => None,
         }
     }
@@ -51,15 +56,15 @@ fn armed() -> Option<(Step, u64)> {
     *ARMED.get_or_init(|| {
         let spec = std::env::var("WEIR_FAULT").ok()?;
         let (step, n) = spec.split_once(':')?;
-        if step == "slow-restore" {
-            return None; // not a kill: metrics::progress::pace reads it
+        if step == "slow-restore" || step == "slow-commit" {
+            return None; // not a kill: metrics::progress::pace and `slow_commit` read them
         }
         let parsed = Step::parse(step).zip(n.parse().ok());
         if parsed.is_none() {
             tracing::warn!(
                 "ignoring WEIR_FAULT={spec}: expected \
-                 <after-barrier|after-seal|after-changes-sealed|after-commit|during-recovery|panic-in-operator|during-reseed|in-base>:<checkpoint> \
-                 or slow-restore:<ms>"
+                 <after-barrier|after-seal|after-changes-sealed|after-commit|during-recovery|panic-in-operator|during-reseed|in-base|in-early-round>:<checkpoint> \
+                 or slow-restore:<ms> or slow-commit:<ms>"
             );
         }
         parsed
@@ -70,6 +75,41 @@ fn armed() -> Option<(Step, u64)> {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub(crate) fn point(_step: Step, _n: u64) {}
+
+/// Does nothing: this build has no fault injection.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn slow_commit() {}
+
+/// False: this build has no fault injection.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn early_rounds_forced() -> bool {
+    false
+}
+
+/// With `WEIR_EARLY_ROUNDS=always`, operator subtasks run early snapshot rounds whenever
+/// one is due, whatever their checkpoints cost: the crash tests prove the rounds exact on
+/// input too small for them to pay.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn early_rounds_forced() -> bool {
+    std::env::var("WEIR_EARLY_ROUNDS").is_ok_and(|value| value == "always")
+}
+
+/// With `WEIR_FAULT=slow-commit:<ms>`, pauses that long before each Kafka commit, so that
+/// the tasks run on while a checkpoint is in flight.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn slow_commit() {
+    static PAUSE: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    let pause = PAUSE.get_or_init(|| {
+        let spec = std::env::var("WEIR_FAULT").ok()?;
+        let ms = spec.strip_prefix("slow-commit:")?.parse().ok()?;
+        Some(std::time::Duration::from_millis(ms))
+    });
+    if let Some(pause) = pause {
+        std::thread::sleep(*pause);
+    }
+}
 
 /// Does nothing: this build has no fault injection.
 #[cfg(not(feature = "fault-injection"))]
@@ -93,7 +133,7 @@ fn fires(step: Step, n: u64) -> bool {
     let reached = match step {
         // Which checkpoint writes a base or changes state depends on the input: the
         // first from `at` on.
-        Step::InBase | Step::AfterChangesSealed => n >= at,
+        Step::InBase | Step::AfterChangesSealed | Step::InEarlyRound => n >= at,
         _ => n == at,
     };
     armed_step == step && reached

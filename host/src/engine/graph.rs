@@ -24,7 +24,7 @@ use super::{Engine, Records};
 use super::coordinator::{Coordinator, Fold, Outcome};
 use super::fault::{self, Step};
 use super::folder;
-use super::operator_task::{InputChannel, OperatorTask};
+use super::operator_task::{EarlyRounds, InputChannel, OperatorTask};
 use super::recover::{self, Recovered, SourceStart};
 use super::watchdog::Watchdog;
 
@@ -61,6 +61,8 @@ pub(super) fn execute(
     let bootstrap = Arc::new(Bootstrap::new(table_readers * parallelism));
     // The store holds the state of every checkpoint before the attempt's first.
     let folded = AtomicU64::new(next.saturating_sub(1));
+    // The last checkpoint committed: its successor's transaction is open.
+    let committed = AtomicU64::new(next.saturating_sub(1));
 
     let outcome = std::thread::scope(|scope| {
         // Owned by this closure, so an early return drops every channel end and no
@@ -76,10 +78,11 @@ pub(super) fn execute(
             placement,
             store,
             folded: &folded,
+            committed: &committed,
             packed: job.producer.delivery == job::Delivery::ExactlyOnce,
             in_base: |n| fault::point(Step::InBase, n),
         };
-        let operators = Operators { instances: operators, routing, records, state_out, inputs: &inputs, bootstrap: &bootstrap };
+        let operators = Operators { instances: operators, routing, records, state_out, next, inputs: &inputs, bootstrap: &bootstrap };
         spawn_operators(engine, scope, operators, &mut wiring, &events_tx, &mut handles);
         let sink_task = SinkTask {
             sink: &sink,
@@ -113,6 +116,7 @@ pub(super) fn execute(
             sources: control.clone(),
             events: events_rx,
             committed: committed_tx,
+            committed_through: &committed,
             folds: folds_tx,
             folded: folded_rx,
             fold_in_flight: None,
@@ -233,6 +237,8 @@ struct Operators<'a> {
     routing: Routing<'a>,
     records: &'a Records,
     state_out: StateOut<'a>,
+    /// The attempt's first checkpoint.
+    next: u64,
     inputs: &'a InputTopics,
     bootstrap: &'a Arc<Bootstrap>,
 }
@@ -272,6 +278,8 @@ fn spawn_operators<'scope>(
                 suspects: Arc::clone(&suspects),
                 poisoned: Arc::clone(&poisoned),
                 changelog: ChangelogWriter::new(operators.state_out, stage as u32, key_groups.range(subtask as u32, job.parallelism)),
+                early: EarlyRounds::new(job.checkpoint_interval()),
+                barrier: operators.next.saturating_sub(1),
                 dead_letters: job.producer.dead_letter_topic.is_some(),
                 source_topics: operators.inputs.clone(),
                 metrics: engine.options.metrics.operator(&spec.name, subtask as u32),

@@ -6,13 +6,14 @@
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use crate::batch::Batch;
 use crate::checkpoint::layout::{self, TaskId};
 use crate::chunk::{self, StateChanges};
-use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure, kafka_partition};
+use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure, kafka_partition, murmur2};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Emitted, OperatorError, OperatorInstance};
 use crate::source::Bootstrap;
@@ -56,6 +57,108 @@ pub(super) struct OperatorTask<'a> {
     /// transaction. Each subtask writes its own, so the subtasks of a big checkpoint
     /// write in parallel; the store takes them once the checkpoint is committed.
     pub(super) changelog: ChangelogWriter<'a>,
+    /// Snapshot rounds before the barrier, and the changes they wrote.
+    pub(super) early: EarlyRounds,
+    /// The last barrier the subtask passed (at the start, the checkpoint it restored).
+    pub(super) barrier: u64,
+}
+
+/// Snapshot rounds between barriers. Once checkpoint N is committed, the changelog
+/// records a subtask writes go into N+1's transaction; a subtask whose rounds take long
+/// (a tenth of the interval, 50 ms at least) over many keys hands its changes over
+/// every quarter interval from then on, so the barrier's own round holds about the last
+/// quarter's. A key changed in two rounds is written twice, so early rounds stay off
+/// while a checkpoint's records are more than 2 per distinct key they change; whether
+/// they were on or not, that count is the same, and so, about, is the rounds' time.
+pub(super) struct EarlyRounds {
+    every: Duration,
+    next: Instant,
+    /// Whether the last checkpoint's changes make early rounds worth their repeats.
+    on: bool,
+    /// Rounds that take less than this in a checkpoint are left at the barrier.
+    worth: Duration,
+    /// The time this checkpoint's rounds took, their writes included.
+    spent: Duration,
+    /// Early rounds whenever due (the crash tests': `fault::early_rounds_forced`).
+    forced: bool,
+    /// Records the subtask took since its last barrier.
+    records: u64,
+    /// Hashes of the keys this checkpoint's rounds changed, one key in `SAMPLE` (by
+    /// hash): `SAMPLE` times their number estimates the distinct keys changed.
+    sampled: HashSet<u32>,
+    /// The changes early rounds of the next checkpoint wrote to the changelog, oldest first.
+    held: Vec<StateChanges>,
+}
+
+/// Early rounds once a checkpoint's rounds changed at least this many distinct keys...
+const EARLY_MIN_KEYS: u64 = 512;
+/// ...with no more than this many records per distinct key changed...
+const EARLY_RECORDS_PER_KEY: f64 = 2.0;
+/// ...and took at least this long, or a tenth of the interval if longer.
+const EARLY_MIN_SPENT: Duration = Duration::from_millis(50);
+/// The shortest time between early rounds.
+const EARLY_MIN_EVERY: Duration = Duration::from_millis(20);
+/// One changed key in this many is counted (by its hash's top bits, which the key
+/// groups, taken from the low bits, leave evenly spread).
+const SAMPLE: u32 = 8;
+
+impl EarlyRounds {
+    pub(super) fn new(interval: Duration) -> EarlyRounds {
+        let every = (interval / 4).max(EARLY_MIN_EVERY);
+        let forced = fault::early_rounds_forced();
+        EarlyRounds {
+            every,
+            next: Instant::now() + every,
+            on: forced,
+            worth: (interval / 10).max(EARLY_MIN_SPENT),
+            spent: Duration::ZERO,
+            forced,
+            records: 0,
+            sampled: HashSet::new(),
+            held: Vec::new(),
+        }
+    }
+
+    fn due(&self) -> bool {
+        self.on && Instant::now() >= self.next
+    }
+
+    /// Counts a round's keys into the checkpoint's sample.
+    fn note(&mut self, round: &StateChanges) {
+        for (_, key, _) in round.entries() {
+            let hash = murmur2(key);
+            if (hash >> 29).is_multiple_of(SAMPLE) {
+                self.sampled.insert(hash);
+            }
+        }
+    }
+
+    /// An early round wrote `round` in `took`: it goes to the store with the barrier's.
+    fn hold(&mut self, round: StateChanges, took: Duration) {
+        self.note(&round);
+        self.spent += took;
+        self.held.push(round);
+    }
+
+    /// At a barrier: takes the checkpoint's rounds (`last`, the barrier's, written in
+    /// `took`, at the end), and judges from the keys they changed and the time they took
+    /// whether the next checkpoint has early rounds.
+    fn take(&mut self, last: StateChanges, took: Duration) -> Vec<StateChanges> {
+        self.note(&last);
+        self.spent += took;
+        let keys = self.sampled.len() as u64 * u64::from(SAMPLE);
+        let worth = keys >= EARLY_MIN_KEYS && self.spent >= self.worth;
+        self.on = self.forced || (worth && self.records as f64 <= keys as f64 * EARLY_RECORDS_PER_KEY);
+        let spent_ms = self.spent.as_millis() as u64;
+        tracing::debug!(keys, records = self.records, spent_ms, early_rounds = self.on, "judged early snapshot rounds");
+        self.records = 0;
+        self.spent = Duration::ZERO;
+        self.sampled.clear();
+        self.next = Instant::now() + self.every;
+        let mut rounds = std::mem::take(&mut self.held);
+        rounds.push(last);
+        rounds
+    }
 }
 
 /// One channel into an operator subtask.
@@ -94,7 +197,10 @@ impl OperatorTask<'_> {
                 return Ok(()); // an upstream task ended: the job is stopping
             };
             match message {
-                Message::Records(records) => self.process(inputs[input].input, records)?,
+                Message::Records(records) => {
+                    self.process(inputs[input].input, records)?;
+                    self.early_round()?;
+                }
                 Message::Watermark(_) | Message::Idle if inputs[input].table => {}
                 Message::TableEnd => {
                     loading -= 1;
@@ -124,6 +230,7 @@ impl OperatorTask<'_> {
 
     fn process(&mut self, input: u32, records: Records) -> Result<(), TaskFailure> {
         self.metrics.records_in.inc_by(records.batch.len() as u64);
+        self.early.records += records.batch.len() as u64;
         if records.origins.iter().any(|o| self.suspects.contains(o)) {
             return self.process_one_by_one(input, records);
         }
@@ -207,14 +314,36 @@ impl OperatorTask<'_> {
 
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         fault::point(Step::PanicInOperator, n);
+        let started = Instant::now();
         let mut changes = self.changes().map_err(TaskFailure::operator)?;
-        self.changelog.write(n, &mut changes)?;
+        self.changelog.write(n, &mut changes, &self.early.held)?;
+        let changes = self.early.take(changes, started.elapsed());
+        self.barrier = n;
         let bytes = layout::encode_operator(self.watermark);
         let task = TaskId::Operator { stage: self.stage, subtask: self.subtask };
         self.events
-            .send(Event::State { n, task, bytes, offsets: None, changes: Some(changes) })
+            .send(Event::State { n, task, bytes, offsets: None, changes })
             .map_err(|_| TaskFailure::Stopped)?;
         self.marker(Message::Barrier(n))
+    }
+
+    /// A snapshot round before the next barrier, when one is due and that checkpoint's
+    /// transaction is open: its changes go into the changelog now, in that transaction,
+    /// and to the store with the barrier's.
+    fn early_round(&mut self) -> Result<(), TaskFailure> {
+        let n = self.barrier + 1;
+        if !self.early.due() || !self.changelog.open_for(n) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let mut changes = self.changes().map_err(TaskFailure::operator)?;
+        if !changes.is_empty() {
+            self.changelog.write(n, &mut changes, &self.early.held)?;
+            fault::point_after(Step::InEarlyRound, n, || drop(self.changelog.deliver()));
+            self.early.hold(changes, started.elapsed());
+        }
+        self.early.next = Instant::now() + self.early.every;
+        Ok(())
     }
 
     /// One snapshot round: the guest's state changes since the last checkpoint, checked

@@ -417,7 +417,7 @@ impl SourceTask {
         let bytes = layout::encode_source(&states);
         let task = TaskId::Source { index: u32::try_from(self.index).expect("fewer than 2^32 source tasks") };
         self.events
-            .send(Event::State { n, task, bytes, offsets: Some(states), changes: None })
+            .send(Event::State { n, task, bytes, offsets: Some(states), changes: Vec::new() })
             .map_err(|_| TaskFailure::Stopped)?;
         self.broadcast(Message::Barrier(n))
     }

@@ -46,8 +46,13 @@ pub(crate) struct ChangelogWriter<'a> {
     store: &'a CheckpointStore,
     /// The last checkpoint folded into the store: a base of checkpoint N waits for N-1.
     folded: &'a AtomicU64,
+    /// The last checkpoint committed: checkpoint N's transaction is open once N-1 is.
+    committed: &'a AtomicU64,
     /// The key groups the subtask owns.
     groups: Range<u32>,
+    /// Per owned group, the last checkpoint that wrote it: a base of a group an earlier
+    /// round of the same checkpoint wrote holds that round's changes too.
+    written_in: Vec<u64>,
     /// What the changelog holds of each of them, as of the last write; read from the
     /// store at the first.
     logs: Option<BTreeMap<u32, GroupLog>>,
@@ -68,6 +73,8 @@ pub(crate) struct StateOut<'a> {
     pub(crate) store: &'a CheckpointStore,
     /// The last checkpoint the folder has written into the store.
     pub(crate) folded: &'a AtomicU64,
+    /// The last checkpoint committed in Kafka.
+    pub(crate) committed: &'a AtomicU64,
     /// Segments and bases (exactly-once), else one record per key.
     pub(crate) packed: bool,
     pub(crate) in_base: fn(u64),
@@ -83,6 +90,8 @@ impl<'a> ChangelogWriter<'a> {
             stage,
             store: out.store,
             folded: out.folded,
+            committed: out.committed,
+            written_in: vec![0; groups.len()],
             groups,
             logs: None,
             packed: out.packed,
@@ -92,15 +101,36 @@ impl<'a> ChangelogWriter<'a> {
         }
     }
 
-    /// Writes checkpoint `n`'s `changes` (sorted by group and key) and records in them
-    /// what the changelog then holds of every group written.
-    pub(crate) fn write(&mut self, n: u64, changes: &mut StateChanges) -> Result<(), TaskFailure> {
-        if !self.packed {
-            return self.write_per_key(changes);
-        }
+    /// Waits until every record written so far is in Kafka (the crash tests' kill points).
+    pub(crate) fn deliver(&self) -> Result<(), TaskFailure> {
+        self.sink.flush_pending().map_err(TaskFailure::from)
+    }
+
+    /// Whether checkpoint `n`'s transaction is open (checkpoint n-1 is committed), so that
+    /// a snapshot round before its barrier may write into it; never for an at-least-once
+    /// job, whose changelog records are in no transaction.
+    pub(crate) fn open_for(&self, n: u64) -> bool {
+        self.packed && self.committed.load(Ordering::Acquire) + 1 >= n
+    }
+
+    /// What the changelog holds of each owned group, read from the store at the first call.
+    fn group_logs(&mut self) -> Result<&mut BTreeMap<u32, GroupLog>, TaskFailure> {
         if self.logs.is_none() {
             self.logs = Some(self.store.group_logs(self.stage, self.groups.clone())?);
         }
+        Ok(self.logs.as_mut().expect("just read"))
+    }
+
+    /// Writes checkpoint `n`'s `changes` (sorted by group and key) and records in them
+    /// what the changelog then holds of every group written. Called once per snapshot
+    /// round: a checkpoint's early rounds, then its barrier's; `earlier` holds what the
+    /// checkpoint's rounds before this one wrote, which a base of a group they wrote
+    /// holds too.
+    pub(crate) fn write(&mut self, n: u64, changes: &mut StateChanges, earlier: &[StateChanges]) -> Result<(), TaskFailure> {
+        if !self.packed {
+            return self.write_per_key(changes);
+        }
+        self.group_logs()?;
         let entries: Vec<Entry<'_>> = changes.entries().collect();
         let total: u64 = entries.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
         let mut budget = BASE_BUDGET_BYTES.max(total);
@@ -108,13 +138,25 @@ impl<'a> ChangelogWriter<'a> {
         let may_base = self.folded.load(Ordering::Acquire) + 1 >= n;
         let (mut records, mut bytes, mut bases) = (0, 0, 0);
         let mut logs = Vec::new();
+        // The earlier rounds' entries, each in group and key order: read once a base needs them.
+        let mut before: Option<Vec<Vec<Entry<'_>>>> = None;
         for run in entries.chunk_by(|a, b| a.0 == b.0) {
             let group = run[0].0;
             let run_bytes: u64 = run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
             let log = self.logs.as_ref().and_then(|logs| logs.get(&group)).copied().unwrap_or_default();
+            let first_in_n = std::mem::replace(&mut self.written_in[(group - self.groups.start) as usize], n) != n;
             let written = match may_base && log.wants_base(run_bytes) && budget > 0 {
                 true => {
-                    let (written, base) = self.write_base(n, group, &log, run)?;
+                    let merged;
+                    let since_n_1 = match first_in_n {
+                        true => run,
+                        false => {
+                            let before = before.get_or_insert_with(|| earlier.iter().map(|round| round.entries().collect()).collect());
+                            merged = latest_in_group(before, group, run);
+                            &merged
+                        }
+                    };
+                    let (written, base) = self.write_base(n, group, &log, since_n_1)?;
                     budget = budget.saturating_sub(base.base_bytes);
                     bases += 1;
                     (written, base)
@@ -275,6 +317,22 @@ impl<'a> ChangelogWriter<'a> {
     }
 }
 
+/// The group's entries of the earlier rounds `before` and of `run`, each key once with
+/// its newest value, in key order: all the group's changes since the last checkpoint.
+fn latest_in_group<'e>(before: &[Vec<Entry<'e>>], group: u32, run: &[Entry<'e>]) -> Vec<Entry<'e>> {
+    let mut latest: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+    for round in before {
+        let start = round.partition_point(|entry| entry.0 < group);
+        for &(_, key, value) in round[start..].iter().take_while(|entry| entry.0 == group) {
+            latest.insert(key, value);
+        }
+    }
+    for &(_, key, value) in run {
+        latest.insert(key, value);
+    }
+    latest.into_iter().map(|(key, value)| (group, key, value)).collect()
+}
+
 fn entry_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
     (key.len() + value.map_or(0, <[u8]>::len)) as u64
 }
@@ -288,4 +346,19 @@ fn new_base_id(stage: u32, group: u32, n: u64) -> u64 {
     hasher.write_u64(n);
     hasher.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
     hasher.finish().max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_after_earlier_rounds_holds_each_key_once_with_its_newest_value() {
+        let first: Vec<Entry<'_>> = vec![(1, b"a", Some(b"1")), (2, b"b", Some(b"1")), (2, b"d", Some(b"1")), (3, b"z", Some(b"1"))];
+        let second: Vec<Entry<'_>> = vec![(2, b"b", None), (2, b"c", Some(b"2"))];
+        let run: Vec<Entry<'_>> = vec![(2, b"a", Some(b"3")), (2, b"d", Some(b"3"))];
+        let merged = latest_in_group(&[first, second], 2, &run);
+        let expected: Vec<Entry<'_>> = vec![(2, b"a", Some(b"3")), (2, b"b", None), (2, b"c", Some(b"2")), (2, b"d", Some(b"3"))];
+        assert_eq!(merged, expected);
+    }
 }
