@@ -111,12 +111,19 @@ fn last_committed(log: &str) -> u64 {
     committed.filter_map(|line| line.split(" checkpoint=").nth(1)?.split(' ').next()?.parse().ok()).max().unwrap_or(0)
 }
 
-fn runs_until_killed(job: &JobDir, log: &std::path::Path, fault: &str) {
-    runs_until_killed_with(job, log, fault, &[]);
+/// Kills the job (run with `env`) at each of `kills`: how many checkpoints after the last
+/// one committed, at which step, and whether the state_dir is deleted before that start.
+fn kill_at_steps(job: &JobDir, log: &std::path::Path, kills: &[(u64, &str, bool)], env: &[(&str, &str)]) {
+    for &(after, fault, lose_state) in kills {
+        if lose_state && job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
+        let at = last_committed(&job::read_log(log)) + after;
+        runs_until_killed(job, log, &format!("{fault}:{at}"), env);
+    }
 }
 
-/// As `runs_until_killed`, the job run with `env` too.
-fn runs_until_killed_with(job: &JobDir, log: &std::path::Path, fault: &str, env: &[(&str, &str)]) {
+fn runs_until_killed(job: &JobDir, log: &std::path::Path, fault: &str, env: &[(&str, &str)]) {
     let env: Vec<(&str, &str)> = [("WEIR_FAULT", fault)].into_iter().chain(env.iter().copied()).collect();
     let mut child = job::start(&job.path(), log, &env);
     let status = job::wait(&mut child, Duration::from_secs(90))
@@ -133,9 +140,9 @@ fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
     let producer = produce_paced(&job.input, Clicks::new(31, PARTITIONS, KEYS), 90, true);
     let log = job.dir.path().join("weir.log");
     // Killed in a base (its chunks sent, its end not), then at each step of a checkpoint
-    // soon after (counted from the last one committed), with the state_dir deleted before
-    // some restarts: bases are read back from the changelog.
-    for (after, fault, lose_state) in [
+    // soon after, with the state_dir deleted before some restarts: bases are read back
+    // from the changelog.
+    let kills = [
         (1, "in-base", false),
         (1, "in-base", true),
         (2, "after-barrier", false),
@@ -143,13 +150,8 @@ fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
         (2, "after-commit", false),
         (3, "in-base", true),
         (4, "after-commit", true),
-    ] {
-        if lose_state && job.state_dir().exists() {
-            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-        }
-        let at = last_committed(&job::read_log(&log)) + after;
-        runs_until_killed(&job, &log, &format!("{fault}:{at}"));
-    }
+    ];
+    kill_at_steps(&job, &log, &kills, &[]);
     let mut seed = support::crash_seed();
     for _ in 0..4 {
         if support::next_random(&mut seed).is_multiple_of(2) && job.state_dir().exists() {
@@ -198,13 +200,7 @@ fn early_snapshot_rounds_survive_kills_after_them() {
         (3, "in-early-round", false),
         (4, "after-commit", true),
     ];
-    for (after, fault, lose_state) in kills {
-        if lose_state && job.state_dir().exists() {
-            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-        }
-        let at = last_committed(&job::read_log(&log)) + after;
-        runs_until_killed_with(&job, &log, &format!("{fault}:{at}"), &[EARLY]);
-    }
+    kill_at_steps(&job, &log, &kills, &[EARLY]);
     for _ in 0..3 {
         let mut child = job::start(&job.path(), &log, &[EARLY]);
         std::thread::sleep(Duration::from_millis(300 + support::next_random(&mut seed) % 2_000));
