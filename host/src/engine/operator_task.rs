@@ -68,7 +68,7 @@ pub(super) struct OperatorTask<'a> {
 /// (a tenth of the interval, 50 ms at least) over many keys hands its changes over
 /// every quarter interval from then on, so the barrier's own round holds about the last
 /// quarter's. A key changed in two rounds is written twice, so early rounds stay off
-/// while a checkpoint's records are more than 2 per distinct key they change; whether
+/// while a checkpoint's records are more than 3 per distinct key they change; whether
 /// they were on or not, that count is the same, and so, about, is the rounds' time.
 pub(super) struct EarlyRounds {
     every: Duration,
@@ -93,7 +93,7 @@ pub(super) struct EarlyRounds {
 /// Early rounds once a checkpoint's rounds changed at least this many distinct keys...
 const EARLY_MIN_KEYS: u64 = 512;
 /// ...with no more than this many records per distinct key changed...
-const EARLY_RECORDS_PER_KEY: f64 = 2.0;
+const EARLY_RECORDS_PER_KEY: f64 = 3.0;
 /// ...and took at least this long, or a tenth of the interval if longer.
 const EARLY_MIN_SPENT: Duration = Duration::from_millis(50);
 /// The shortest time between early rounds.
