@@ -50,9 +50,6 @@ pub(crate) struct ChangelogWriter<'a> {
     committed: &'a AtomicU64,
     /// The key groups the subtask owns.
     groups: Range<u32>,
-    /// Per owned group, the last checkpoint that wrote it: a base of a group an earlier
-    /// round of the same checkpoint wrote holds that round's changes too.
-    written_in: Vec<u64>,
     /// What the changelog holds of each of them, as of the last write; read from the
     /// store at the first.
     logs: Option<BTreeMap<u32, GroupLog>>,
@@ -91,7 +88,6 @@ impl<'a> ChangelogWriter<'a> {
             store: out.store,
             folded: out.folded,
             committed: out.committed,
-            written_in: vec![0; groups.len()],
             groups,
             logs: None,
             packed: out.packed,
@@ -113,14 +109,6 @@ impl<'a> ChangelogWriter<'a> {
         self.packed && self.committed.load(Ordering::Acquire) + 1 >= n
     }
 
-    /// What the changelog holds of each owned group, read from the store at the first call.
-    fn group_logs(&mut self) -> Result<&mut BTreeMap<u32, GroupLog>, TaskFailure> {
-        if self.logs.is_none() {
-            self.logs = Some(self.store.group_logs(self.stage, self.groups.clone())?);
-        }
-        Ok(self.logs.as_mut().expect("just read"))
-    }
-
     /// Writes checkpoint `n`'s `changes` (sorted by group and key) and records in them
     /// what the changelog then holds of every group written. Called once per snapshot
     /// round: a checkpoint's early rounds, then its barrier's; `earlier` holds what the
@@ -130,7 +118,9 @@ impl<'a> ChangelogWriter<'a> {
         if !self.packed {
             return self.write_per_key(changes);
         }
-        self.group_logs()?;
+        if self.logs.is_none() {
+            self.logs = Some(self.store.group_logs(self.stage, self.groups.clone())?);
+        }
         let entries: Vec<Entry<'_>> = changes.entries().collect();
         let total: u64 = entries.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
         let mut budget = BASE_BUDGET_BYTES.max(total);
@@ -144,11 +134,10 @@ impl<'a> ChangelogWriter<'a> {
             let group = run[0].0;
             let run_bytes: u64 = run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
             let log = self.logs.as_ref().and_then(|logs| logs.get(&group)).copied().unwrap_or_default();
-            let first_in_n = std::mem::replace(&mut self.written_in[(group - self.groups.start) as usize], n) != n;
             let written = match may_base && log.wants_base(run_bytes) && budget > 0 {
                 true => {
                     let merged;
-                    let since_n_1 = match first_in_n {
+                    let since_n_1 = match earlier.is_empty() {
                         true => run,
                         false => {
                             let before = before.get_or_insert_with(|| earlier.iter().map(|round| round.entries().collect()).collect());
