@@ -218,6 +218,42 @@ fn early_snapshot_rounds_survive_kills_after_them() {
     assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
 }
 
+#[test]
+fn checkpoints_that_do_not_wait_for_a_slow_folder_survive_kills_and_stops() {
+    // Every write of the folder takes 600 ms more, so committed checkpoints (every 150 ms)
+    // join while it writes, and the coordinator keeps them until it can hand them over.
+    const SLOW_FOLD: (&str, &str) = ("WEIR_FAULT", "slow-fold:600");
+    const FOLDS: (&str, &str) = ("RUST_LOG", "info,weir::engine::folder=debug");
+    let job = job::job_dir("seg-slow-fold");
+    topics(&job);
+    job.window_count(2, 150, WINDOW_MS as u64, "");
+    let producer = produce_steady(&job.input, Clicks::new(43, PARTITIONS, 50_000), 5_000, 30);
+    let log = job.dir.path().join("weir.log");
+    let mut seed = support::crash_seed();
+    for round in 0..6 {
+        if round % 3 == 2 && job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
+        let mut child = job::start(&job.path(), &log, &[SLOW_FOLD, FOLDS]);
+        std::thread::sleep(Duration::from_millis(1_000 + support::next_random(&mut seed) % 2_500));
+        if round % 2 == 0 {
+            job::kill(&mut child);
+        } else {
+            // A stop hands the kept checkpoints to the folder, which writes them first.
+            let status = job::terminate(&mut child, Duration::from_secs(60));
+            assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{}", job::read_log(&log));
+        }
+    }
+    let (_, input) = producer.join().expect("producer thread");
+    let text = finish_and_compare_with(&job, &input, &log, &[SLOW_FOLD, FOLDS]);
+    let joined = text
+        .lines()
+        .filter(|line| line.contains("folded state changes"))
+        .filter_map(|line| line.split(" checkpoints=").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+        .max();
+    assert!(joined >= Some(3), "no fold held three checkpoints or more ({joined:?}):\n{text}");
+}
+
 /// The number of records a read of the whole topic returns.
 fn records_in(topic: &str, partitions: i32) -> usize {
     support::read_to_end(topic, partitions, Isolation::ReadUncommitted).len()

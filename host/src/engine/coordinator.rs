@@ -25,6 +25,7 @@ use crate::source::Control;
 use crate::state::changelog;
 
 use super::fault::{self, Step};
+use super::folder::{Fold, Handover};
 use super::watchdog::Watchdog;
 
 /// How soon after it starts an attempt commits its first checkpoint (at most): after a
@@ -48,7 +49,7 @@ pub(super) struct Coordinator<'a> {
     /// state changes of N+1 into its open transaction before its barrier.
     pub(super) committed_through: &'a AtomicU64,
     /// Checkpoints committed, for the folder to fold into the store's state.
-    pub(super) folds: Sender<Fold>,
+    pub(super) folds: Handover,
     /// The folder's word that it has folded a checkpoint, when checkpoints wait for
     /// folds (at-least-once: see `await_fold`).
     pub(super) folded: Option<Receiver<u64>>,
@@ -85,14 +86,6 @@ pub(super) struct Coordinator<'a> {
     pub(super) watchdog: Watchdog,
 }
 
-/// A committed checkpoint's state changes, for the folder to write into the store, and
-/// the changelog positions the store then reflects.
-pub(super) struct Fold {
-    pub(super) n: u64,
-    pub(super) changes: Vec<StateChanges>,
-    pub(super) positions: BTreeMap<i32, i64>,
-}
-
 /// Why the coordinator stopped.
 pub(super) enum Outcome {
     /// A stop was requested and a final checkpoint committed.
@@ -101,8 +94,10 @@ pub(super) enum Outcome {
 
 impl Coordinator<'_> {
     /// Ends the coordinator, dropping its channel ends (the tasks then end too),
-    /// but for the events the tasks still send.
+    /// but for the events the tasks still send. The folder gets the folds it has not
+    /// taken yet.
     pub(super) fn into_events(self) -> Receiver<Event> {
+        self.folds.finish();
         self.events
     }
 
@@ -134,7 +129,7 @@ impl Coordinator<'_> {
 
     /// Waits until `due`; a task failure ends the wait. Returns true when a stop was
     /// requested (a final checkpoint is then due at once).
-    fn idle_until(&self, due: Instant) -> Result<bool, TaskFailure> {
+    fn idle_until(&mut self, due: Instant) -> Result<bool, TaskFailure> {
         loop {
             if self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed)) {
                 return Err(TaskFailure::Stopped);
@@ -142,6 +137,7 @@ impl Coordinator<'_> {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(true);
             }
+            self.folds.offer()?;
             let now = Instant::now();
             if now >= due {
                 return Ok(false);
@@ -244,8 +240,8 @@ impl Coordinator<'_> {
             changes.iter().map(StateChanges::size).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
         let (records, record_bytes) = changes.iter().map(|c| c.written).fold((0, 0), |(r, b), (dr, db)| (r + dr, b + db));
         let bases: u32 = changes.iter().map(|c| c.bases).sum();
-        let fold = Fold { n, changes, positions: self.positions.clone() };
-        self.folds.send(fold).map_err(|_| TaskFailure::Stopped)?;
+        let fold = Fold { first: n, n, changes, positions: self.positions.clone() };
+        self.folds.hand(fold)?;
         self.fold_in_flight = self.folded.is_some().then_some(n);
         let duration = started.elapsed();
         self.metrics.checkpoint().committed(n, duration, size + changed_bytes);

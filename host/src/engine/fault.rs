@@ -1,9 +1,15 @@
 //! A test-only fault-injection switch: `WEIR_FAULT=<step>:<n>` kills the process with
 //! SIGKILL when it reaches `<step>` of checkpoint `n` exactly (checkpoint 1 included), so
 //! the crash tests can prove recovery from each step of the protocol; `panic-in-operator`
-//! panics an operator task instead, `slow-restore:<ms>` slows a restore down and
-//! `slow-commit:<ms>` every Kafka commit. Compiled in only with the `fault-injection` feature
-//! (the test suite's build); in the binary users run, `point` is empty.
+//! panics an operator task instead, `slow-restore:<ms>` slows a restore down,
+//! `slow-commit:<ms>` every Kafka commit and `slow-fold:<ms>` every write of the folder.
+//! Compiled in only with the `fault-injection` feature (the test suite's build); in the
+//! binary users run, `point` is empty.
+
+#[cfg(feature = "fault-injection")]
+use std::sync::OnceLock;
+#[cfg(feature = "fault-injection")]
+use std::time::Duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -56,15 +62,15 @@ fn armed() -> Option<(Step, u64)> {
     *ARMED.get_or_init(|| {
         let spec = std::env::var("WEIR_FAULT").ok()?;
         let (step, n) = spec.split_once(':')?;
-        if step == "slow-restore" || step == "slow-commit" {
-            return None; // not a kill: metrics::progress::pace and `slow_commit` read them
+        if matches!(step, "slow-restore" | "slow-commit" | "slow-fold") {
+            return None; // not a kill: metrics::progress::pace, `slow_commit` and `slow_fold` read them
         }
         let parsed = Step::parse(step).zip(n.parse().ok());
         if parsed.is_none() {
             tracing::warn!(
                 "ignoring WEIR_FAULT={spec}: expected \
                  <after-barrier|after-seal|after-changes-sealed|after-commit|during-recovery|panic-in-operator|during-reseed|in-base|in-early-round>:<checkpoint> \
-                 or slow-restore:<ms> or slow-commit:<ms>"
+                 or slow-restore:<ms>, slow-commit:<ms> or slow-fold:<ms>"
             );
         }
         parsed
@@ -80,6 +86,11 @@ pub(crate) fn point(_step: Step, _n: u64) {}
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub(crate) fn slow_commit() {}
+
+/// Does nothing: this build has no fault injection.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn slow_fold() {}
 
 /// False: this build has no fault injection.
 #[cfg(not(feature = "fault-injection"))]
@@ -100,11 +111,25 @@ pub(crate) fn early_rounds_forced() -> bool {
 /// the tasks run on while a checkpoint is in flight.
 #[cfg(feature = "fault-injection")]
 pub(crate) fn slow_commit() {
-    static PAUSE: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
-    let pause = PAUSE.get_or_init(|| {
+    static PAUSE: OnceLock<Option<Duration>> = OnceLock::new();
+    pause_if_named(&PAUSE, "slow-commit:");
+}
+
+/// With `WEIR_FAULT=slow-fold:<ms>`, pauses that long before each of the folder's writes,
+/// so that committed checkpoints wait for it and join.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn slow_fold() {
+    static PAUSE: OnceLock<Option<Duration>> = OnceLock::new();
+    pause_if_named(&PAUSE, "slow-fold:");
+}
+
+/// Sleeps as long as `WEIR_FAULT=<prefix><ms>` says, read once into `pause`.
+#[cfg(feature = "fault-injection")]
+fn pause_if_named(pause: &OnceLock<Option<Duration>>, prefix: &str) {
+    let pause = pause.get_or_init(|| {
         let spec = std::env::var("WEIR_FAULT").ok()?;
-        let ms = spec.strip_prefix("slow-commit:")?.parse().ok()?;
-        Some(std::time::Duration::from_millis(ms))
+        let ms = spec.strip_prefix(prefix)?.parse().ok()?;
+        Some(Duration::from_millis(ms))
     });
     if let Some(pause) = pause {
         std::thread::sleep(*pause);

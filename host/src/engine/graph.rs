@@ -21,9 +21,9 @@ use crate::state::changelog;
 use crate::state::changelog::writer::{ChangelogWriter, StateOut};
 
 use super::{Engine, Records};
-use super::coordinator::{Coordinator, Fold, Outcome};
+use super::coordinator::{Coordinator, Outcome};
 use super::fault::{self, Step};
-use super::folder;
+use super::folder::{self, Fold, Handover};
 use super::operator_task::{EarlyRounds, InputChannel, OperatorTask};
 use super::recover::{self, Recovered, SourceStart};
 use super::watchdog::Watchdog;
@@ -117,7 +117,7 @@ pub(super) fn execute(
             events: events_rx,
             committed: committed_tx,
             committed_through: &committed,
-            folds: folds_tx,
+            folds: Handover::new(folds_tx, folded_rx.is_some()),
             folded: folded_rx,
             fold_in_flight: None,
             changelog_ends: changelog::Ends::new(job)?,
