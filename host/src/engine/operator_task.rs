@@ -65,12 +65,14 @@ pub(super) struct OperatorTask<'a> {
 
 /// Snapshot rounds between barriers. Once checkpoint N is committed, the changelog
 /// records a subtask writes go into N+1's transaction; a subtask whose rounds take long
-/// (a tenth of the interval, 50 ms at least) over many keys hands its changes over
-/// every quarter interval from then on, so the barrier's own round holds about the last
-/// quarter's. A key changed in two rounds is written twice, so early rounds stay off
+/// (a tenth of the interval, 50 ms at least, for a whole interval's input: a checkpoint
+/// that began late, behind a long one, is short, and the one after it long again) over
+/// many keys hands its changes over every quarter interval from then on, so the
+/// barrier's own round holds about the last quarter's. A key changed in two rounds is written twice, so early rounds stay off
 /// while a checkpoint's records are more than 3 per distinct key they change; whether
 /// they were on or not, that count is the same, and so, about, is the rounds' time.
 pub(super) struct EarlyRounds {
+    interval: Duration,
     every: Duration,
     next: Instant,
     /// Whether the last checkpoint's changes make early rounds worth their repeats.
@@ -79,6 +81,9 @@ pub(super) struct EarlyRounds {
     worth: Duration,
     /// The time this checkpoint's rounds took, their writes included.
     spent: Duration,
+    /// When the subtask reached its last barrier: this checkpoint's rounds hold the input
+    /// taken since.
+    since: Instant,
     /// Early rounds whenever due (the crash tests': `fault::early_rounds_forced`).
     forced: bool,
     /// Records the subtask took since its last barrier.
@@ -107,11 +112,13 @@ impl EarlyRounds {
         let every = (interval / 4).max(EARLY_MIN_EVERY);
         let forced = fault::early_rounds_forced();
         EarlyRounds {
+            interval,
             every,
             next: Instant::now() + every,
             on: forced,
             worth: (interval / 10).max(EARLY_MIN_SPENT),
             spent: Duration::ZERO,
+            since: Instant::now(),
             forced,
             records: 0,
             sampled: HashSet::new(),
@@ -140,6 +147,12 @@ impl EarlyRounds {
         self.held.push(round);
     }
 
+    /// The time this checkpoint's rounds would have taken over an interval's input.
+    fn spent_per_interval(&self) -> Duration {
+        let covered = self.since.elapsed().max(EARLY_MIN_EVERY);
+        self.spent.mul_f64(self.interval.as_secs_f64() / covered.as_secs_f64())
+    }
+
     /// At a barrier: takes the checkpoint's rounds (`last`, the barrier's, written in
     /// `took`, at the end), and judges from the keys they changed and the time they took
     /// whether the next checkpoint has early rounds.
@@ -147,14 +160,17 @@ impl EarlyRounds {
         self.note(&last);
         self.spent += took;
         let keys = self.sampled.len() as u64 * u64::from(SAMPLE);
-        let worth = keys >= EARLY_MIN_KEYS && self.spent >= self.worth;
+        let projected = self.spent_per_interval();
+        let worth = keys >= EARLY_MIN_KEYS && projected >= self.worth;
         self.on = self.forced || (worth && self.records as f64 <= keys as f64 * EARLY_RECORDS_PER_KEY);
-        let spent_ms = self.spent.as_millis() as u64;
-        tracing::debug!(keys, records = self.records, spent_ms, early_rounds = self.on, "judged early snapshot rounds");
+        let (spent_ms, per_interval_ms) = (self.spent.as_millis() as u64, projected.as_millis() as u64);
+        tracing::debug!(keys, records = self.records, spent_ms, per_interval_ms, early_rounds = self.on, "judged early snapshot rounds");
         self.records = 0;
         self.spent = Duration::ZERO;
         self.sampled.clear();
-        self.next = Instant::now() + self.every;
+        let now = Instant::now();
+        self.since = now.checked_sub(took).unwrap_or(now);
+        self.next = now + self.every;
         let mut rounds = std::mem::take(&mut self.held);
         rounds.push(last);
         rounds
