@@ -753,7 +753,7 @@ fn child_process_entry() {
             // to the disk or the page cache, not what RocksDB held in memory.
             let store = open(&dir);
             let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
-            store.fold(7, state, [], &BTreeMap::from([(0, 12)]), FoldDurability::Synced).unwrap();
+            store.fold(7, &state, [], &BTreeMap::from([(0, 12)]), FoldDurability::Synced).unwrap();
             // SAFETY: kill(2) of this process.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
@@ -761,7 +761,7 @@ fn child_process_entry() {
             // An unlogged fold, a synced marker after it, then SIGKILL.
             let store = open(&dir);
             let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
-            store.fold(5, state, [], &BTreeMap::from([(0, 10)]), FoldDurability::Unlogged).unwrap();
+            store.fold(5, &state, [], &BTreeMap::from([(0, 10)]), FoldDurability::Unlogged).unwrap();
             store.mark_state(6, &BTreeMap::from([(0, 20)])).unwrap();
             // SAFETY: kill(2) of this process.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
@@ -857,11 +857,11 @@ fn folds_write_committed_changes_with_the_changelog_positions_they_reflect() {
         (1, (1, b"a", Some(b"x"))),
     ];
     store
-        .fold(1, first, [], &BTreeMap::from([(1, 10), (2, 4)]), FoldDurability::Unlogged)
+        .fold(1, &first, [], &BTreeMap::from([(1, 10), (2, 4)]), FoldDurability::Unlogged)
         .unwrap();
     let second: [(u32, Change); 2] = [(0, (1, b"a", None)), (0, (3, b"c", Some(b"3")))];
     store
-        .fold(2, second, [], &BTreeMap::from([(1, 12), (2, 4), (3, 1)]), FoldDurability::Unlogged)
+        .fold(2, &second, [], &BTreeMap::from([(1, 12), (2, 4), (3, 1)]), FoldDurability::Unlogged)
         .unwrap();
     drop(store);
 
@@ -913,7 +913,7 @@ fn a_reseed_stays_marked_until_it_ends_and_keeps_the_state() {
     let dir = temp_dir();
     let store = open(dir.path());
     let state: [(u32, Change); 1] = [(0, (1, b"k", Some(b"v")))];
-    store.fold(4, state, [], &BTreeMap::from([(1, 30)]), FoldDurability::Unlogged).unwrap();
+    store.fold(4, &state, [], &BTreeMap::from([(1, 30)]), FoldDurability::Unlogged).unwrap();
     assert!(!store.reseeding().unwrap());
 
     // The changelog was recreated: it ends at 0 everywhere now.
@@ -927,7 +927,7 @@ fn a_reseed_stays_marked_until_it_ends_and_keeps_the_state() {
 
     // Only the reseed's last commit ends it (a fold of an at-least-once run in between
     // must not), or a fresh start.
-    store.fold(5, [], [], &BTreeMap::from([(0, 3), (1, 1)]), FoldDurability::Synced).unwrap();
+    store.fold(5, &[], [], &BTreeMap::from([(0, 3), (1, 1)]), FoldDurability::Synced).unwrap();
     assert!(store.reseeding().unwrap());
     store.end_reseed().unwrap();
     assert!(!store.reseeding().unwrap());

@@ -360,7 +360,7 @@ pub(crate) fn latest_of<'a>(changes: &[&'a StateChanges]) -> Vec<StageEntry<'a>>
             heads.push(Reverse((changes[run].stage, group, prefix(key), key, Reverse(run))));
         }
     }
-    let mut out: Vec<StageEntry<'_>> = Vec::new();
+    let mut out: Vec<StageEntry<'_>> = Vec::with_capacity(changes.iter().map(|c| c.size().0 as usize).sum());
     while let Some(Reverse((stage, group, _, key, Reverse(run)))) = heads.pop() {
         let (_, _, value) = runs[run].next().expect("peeked");
         if let Some(&(group, key, _)) = runs[run].peek() {

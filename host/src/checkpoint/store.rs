@@ -52,8 +52,8 @@ const KIND_ENTRY: u8 = 0x01;
 /// Per-checkpoint changes, as weir wrote them up to commit 36c9be7: deleted on recovery.
 const LEGACY_DELTA: u8 = 0x03;
 /// Bytes of `stage` and `group` at the head of a keyed-state key (`state/cache.rs`).
-const STATE_HEAD: usize = 4 + 4;
-const FRAME_HEADER: usize = 4 + 8;
+pub(crate) const STATE_HEAD: usize = 4 + 4;
+pub(crate) const FRAME_HEADER: usize = 4 + 8;
 const MANIFEST_FORMAT: u32 = 1;
 
 /// Everything that can go wrong with the checkpoint store. Each message names the directory
@@ -696,6 +696,12 @@ pub(crate) fn rocks_options() -> Options {
     options.set_keep_log_file_num(4);
     options.set_max_log_file_size(16 << 20);
     options.set_max_manifest_file_size(64 << 20);
+    // Keyed state changes all over its key range, so each compaction out of level 0
+    // rewrites most of the bottom level. A memtable twice the default (64 MB) and eight
+    // level-0 files before a compaction (four) halved the compactions' CPU at 10 M keys
+    // (`bench/state`; docs/benchmarks.md).
+    options.set_write_buffer_size(128 << 20);
+    options.set_level_zero_file_num_compaction_trigger(8);
     options
 }
 

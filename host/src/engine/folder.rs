@@ -144,7 +144,7 @@ fn write(store: &CheckpointStore, held: Vec<Fold>, folded: Option<&Sender<u64>>,
     // The folder tells of its folds exactly when checkpoints wait for them: at-least-once.
     let durability = if folded.is_some() { FoldDurability::Synced } else { FoldDurability::Unlogged };
     fault::slow_fold();
-    store.fold(n, entries, logs, &positions, durability)?;
+    store.fold(n, &entries, logs, &positions, durability)?;
     through.store(n, Ordering::Release);
     store.prune_before(n)?;
     let checkpoints = n + 1 - held[0].first;

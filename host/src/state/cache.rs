@@ -27,7 +27,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::{IngestExternalFileOptions, SstFileWriter, WriteBatch};
 
-use crate::checkpoint::store::{Checkpoint, CheckpointStore, INGEST_PREFIX, StoreError, frame_into, rocks_options, unframe};
+use crate::checkpoint::store::{Checkpoint, CheckpointStore, FRAME_HEADER, INGEST_PREFIX, STATE_HEAD, StoreError, frame_into, rocks_options, unframe};
 use crate::chunk::{GroupLog, RestoreChunks, StateChunk};
 
 const STATE: u8 = 0x02;
@@ -95,17 +95,19 @@ impl CheckpointStore {
 
     /// Folds committed checkpoint `n`'s changes into the base and records `positions`
     /// with it, in one atomic write that reaches the disk as `durability` says.
-    pub fn fold<'a>(
+    pub fn fold(
         &self,
         n: u64,
-        changes: impl IntoIterator<Item = (u32, Change<'a>)>,
+        changes: &[(u32, Change<'_>)],
         logs: impl IntoIterator<Item = (u32, u32, GroupLog)>,
         positions: &BTreeMap<i32, i64>,
         durability: FoldDurability,
     ) -> Result<(), StoreError> {
-        let mut batch = WriteBatch::default();
+        // Sized once: a batch of a million changes grown by doubling copies itself over
+        // and over into fresh pages.
+        let mut batch = WriteBatch::with_capacity_bytes(self.batch_bytes(changes));
         let mut buffers = Buffers::default();
-        for (stage, (group, key, value)) in changes {
+        for &(stage, (group, key, value)) in changes {
             self.put_state_into(&mut batch, &mut buffers, stage, group, key, value);
         }
         for (stage, group, log) in logs {
@@ -382,6 +384,14 @@ impl CheckpointStore {
         let mut batch = WriteBatch::default();
         self.put_base_into(&mut batch, n, positions);
         self.write_synced(batch, || format!("marking the state as that of checkpoint {n}"))
+    }
+
+    /// About the bytes a write batch of `changes` takes (RocksDB's record framing,
+    /// generously).
+    fn batch_bytes(&self, changes: &[(u32, Change<'_>)]) -> usize {
+        const RECORD: usize = 1 + 2 * 5;
+        let per_change = RECORD + self.prefix.len() + STATE_HEAD + FRAME_HEADER;
+        changes.iter().map(|(_, (_, key, value))| per_change + key.len() + value.map_or(0, <[u8]>::len)).sum::<usize>() + 4096
     }
 
     fn put_state_into(&self, batch: &mut WriteBatch, buffers: &mut Buffers, stage: u32, group: u32, key: &[u8], value: Option<&[u8]>) {
