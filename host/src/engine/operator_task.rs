@@ -65,12 +65,13 @@ pub(super) struct OperatorTask<'a> {
 
 /// Snapshot rounds between barriers. Once checkpoint N is committed, the changelog
 /// records a subtask writes go into N+1's transaction; a subtask whose rounds take long
-/// (a tenth of the interval, 50 ms at least, for a whole interval's input: a checkpoint
-/// that began late, behind a long one, is short, and the one after it long again) over
-/// many keys hands its changes over every quarter interval from then on, so the
-/// barrier's own round holds about the last quarter's. A key changed in two rounds is written twice, so early rounds stay off
-/// while a checkpoint's records are more than 3 per distinct key they change; whether
-/// they were on or not, that count is the same, and so, about, is the rounds' time.
+/// (a tenth of the interval, 50 ms at least, scaled to a whole interval between
+/// barriers: the first checkpoint after a start covers a fraction of one) over many keys
+/// hands its changes over every quarter interval from then on, so the barrier's own
+/// round holds about the last quarter's. A key changed in two rounds is written twice,
+/// so early rounds stay off while a checkpoint's records are more than 3 per distinct key
+/// they change; whether they were on or not, that count is the same, and so, about, is
+/// the rounds' time.
 pub(super) struct EarlyRounds {
     interval: Duration,
     every: Duration,
