@@ -52,8 +52,8 @@ const KIND_ENTRY: u8 = 0x01;
 /// Per-checkpoint changes, as weir wrote them up to commit 36c9be7: deleted on recovery.
 const LEGACY_DELTA: u8 = 0x03;
 /// Bytes of `stage` and `group` at the head of a keyed-state key (`state/cache.rs`).
-pub(crate) const STATE_HEAD: usize = 4 + 4;
-pub(crate) const FRAME_HEADER: usize = 4 + 8;
+const STATE_HEAD: usize = 4 + 4;
+const FRAME_HEADER: usize = 4 + 8;
 const MANIFEST_FORMAT: u32 = 1;
 
 /// Everything that can go wrong with the checkpoint store. Each message names the directory
@@ -627,6 +627,12 @@ impl CheckpointStore {
         let mut key = self.prefix.clone();
         key.extend_from_slice(&[0xff; 9]);
         key
+    }
+
+    /// Writes `batch` with RocksDB's write-ahead log, not synced: a synced write after
+    /// it takes it to the disk too.
+    pub(crate) fn write_logged(&self, batch: WriteBatch, action: impl FnOnce() -> String) -> Result<(), StoreError> {
+        self.db.write(batch).map_err(|source| self.rocks(action(), source))
     }
 
     /// Writes `batch` and waits until it is on disk: for what a crash must not undo.

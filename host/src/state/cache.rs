@@ -27,7 +27,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::{IngestExternalFileOptions, SstFileWriter, WriteBatch};
 
-use crate::checkpoint::store::{Checkpoint, CheckpointStore, FRAME_HEADER, INGEST_PREFIX, STATE_HEAD, StoreError, frame_into, rocks_options, unframe};
+use crate::checkpoint::store::{Checkpoint, CheckpointStore, INGEST_PREFIX, StoreError, frame_into, rocks_options, unframe};
 use crate::chunk::{GroupLog, RestoreChunks, StateChunk};
 
 const STATE: u8 = 0x02;
@@ -38,6 +38,10 @@ const RESEED: u8 = 0x05;
 const LEDGER: u8 = 0x06;
 /// Bytes of one changelog position in the marker.
 const POSITION_BYTES: usize = 4 + 8;
+/// Bytes of state changes a fold writes at a time.
+const FOLD_BATCH_BYTES: usize = 4 << 20;
+/// Room past `FOLD_BATCH_BYTES` for the change that fills a batch.
+const FOLD_BATCH_SLACK: usize = 64 << 10;
 /// Numbers those files apart within the process.
 static INGESTS: AtomicU64 = AtomicU64::new(0);
 
@@ -68,9 +72,9 @@ pub struct StateBase {
 /// How a fold reaches the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FoldDurability {
-    /// Not synced and not logged (RocksDB's write-ahead log): a crash loses the folds not
-    /// yet flushed, each whole with the marker it moved, and recovery replays what they
-    /// held from the changelog. For exactly-once jobs: a replay reads only committed
+    /// Not synced and not logged (RocksDB's write-ahead log): a crash loses what was not
+    /// yet flushed, in the order written, so a marker kept has its changes kept, and
+    /// recovery replays from the changelog what the lost folds held. For exactly-once jobs: a replay reads only committed
     /// transactions, so it never reads past the checkpoint it recovers.
     Unlogged,
     /// Logged and synced before the fold returns. For at-least-once jobs: the next
@@ -94,7 +98,11 @@ impl CheckpointStore {
     }
 
     /// Folds committed checkpoint `n`'s changes into the base and records `positions`
-    /// with it, in one atomic write that reaches the disk as `durability` says.
+    /// with it; that last write reaches the disk as `durability` says. The changes go
+    /// first, in batches of `FOLD_BATCH_BYTES`: RocksDB applies one write at a time, and
+    /// the coordinator's writes wait behind each. A crash between them leaves some
+    /// changes in the state with the marker before them, which a replay from its
+    /// positions writes again.
     pub fn fold(
         &self,
         n: u64,
@@ -103,21 +111,33 @@ impl CheckpointStore {
         positions: &BTreeMap<i32, i64>,
         durability: FoldDurability,
     ) -> Result<(), StoreError> {
-        // Sized once: a batch of a million changes grown by doubling copies itself over
-        // and over into fresh pages.
-        let mut batch = WriteBatch::with_capacity_bytes(self.batch_bytes(changes));
+        let what = || format!("folding the state changes of checkpoint {n} into the state");
         let mut buffers = Buffers::default();
+        let fresh = || WriteBatch::with_capacity_bytes(FOLD_BATCH_BYTES + FOLD_BATCH_SLACK);
+        let mut batch = fresh();
         for &(stage, (group, key, value)) in changes {
+            if batch.size_in_bytes() >= FOLD_BATCH_BYTES {
+                let full = std::mem::replace(&mut batch, fresh());
+                self.write_fold_part(full, durability, what)?;
+            }
             self.put_state_into(&mut batch, &mut buffers, stage, group, key, value);
         }
         for (stage, group, log) in logs {
             self.put_log_into(&mut batch, &mut buffers, stage, group, &log);
         }
         self.put_base_into(&mut batch, n, positions);
-        let what = || format!("folding the state changes of checkpoint {n} into the state");
         match durability {
             FoldDurability::Unlogged => self.write_unlogged(batch, what),
             FoldDurability::Synced => self.write_synced(batch, what),
+        }
+    }
+
+    /// A fold's batch of changes before its last: unlogged, or logged and not yet synced
+    /// (the last write syncs what it follows).
+    fn write_fold_part(&self, batch: WriteBatch, durability: FoldDurability, what: impl FnOnce() -> String) -> Result<(), StoreError> {
+        match durability {
+            FoldDurability::Unlogged => self.write_unlogged(batch, what),
+            FoldDurability::Synced => self.write_logged(batch, what),
         }
     }
 
@@ -384,14 +404,6 @@ impl CheckpointStore {
         let mut batch = WriteBatch::default();
         self.put_base_into(&mut batch, n, positions);
         self.write_synced(batch, || format!("marking the state as that of checkpoint {n}"))
-    }
-
-    /// About the bytes a write batch of `changes` takes (RocksDB's record framing,
-    /// generously).
-    fn batch_bytes(&self, changes: &[(u32, Change<'_>)]) -> usize {
-        const RECORD: usize = 1 + 2 * 5;
-        let per_change = RECORD + self.prefix.len() + STATE_HEAD + FRAME_HEADER;
-        changes.iter().map(|(_, (_, key, value))| per_change + key.len() + value.map_or(0, <[u8]>::len)).sum::<usize>() + 4096
     }
 
     fn put_state_into(&self, batch: &mut WriteBatch, buffers: &mut Buffers, stage: u32, group: u32, key: &[u8], value: Option<&[u8]>) {
