@@ -28,8 +28,9 @@ use super::operator_task::{EarlyRounds, InputChannel, OperatorTask};
 use super::recover::{self, Recovered, SourceStart};
 use super::watchdog::Watchdog;
 
-/// Batches a channel holds: bounds memory and makes a slow stage push back.
-const CHANNEL_BATCHES: usize = 16;
+/// Batches a channel holds: bounds memory and makes a slow stage push back; few, so a
+/// barrier waits behind few records (16 let it wait 100-250 ms at 1 M keys).
+const CHANNEL_BATCHES: usize = 4;
 /// Control messages (barriers, stop) a source task may have queued.
 const CONTROL_MESSAGES: usize = 4;
 /// The shortest time a checkpoint may take before it fails the attempt.
