@@ -128,7 +128,7 @@ fn produce(brokers: &str, topic: &str, partitions: i32, rate: u64, producing: &A
         }
         let due = Duration::from_secs_f64(sent as f64 / rate as f64);
         if let Some(wait) = due.checked_sub(started.elapsed()) {
-            producer.poll(wait);
+            topics::pause(&producer, wait);
         }
         rec.ts = now_ms();
         let (key, value) = (data::key(rec.key), data::value(&rec));

@@ -105,7 +105,7 @@ fn live(spec: &Spec<'_>, clock: Clock) -> anyhow::Result<Produced> {
         let due = Duration::from_secs_f64(sent as f64 / spec.rate as f64);
         let elapsed = started.elapsed();
         if due > elapsed + PACE_STEP {
-            producer.poll(due - elapsed);
+            topics::pause(&producer, due - elapsed);
         }
         rec.ts = clock.now_ms();
         let (key, value) = (data::key(rec.key), data::value(&rec));
