@@ -24,7 +24,8 @@ pub struct RuntimeConfig {
     /// How often the epoch advances: the granularity of every call deadline.
     pub epoch_tick: Duration,
     /// Write `/tmp/perf-<pid>.map` so that `perf report` names the functions of
-    /// plugins (compiled code is otherwise anonymous memory to it).
+    /// plugins (compiled code is otherwise anonymous memory to it); by default when
+    /// `$WEIR_PERF_MAP` is `1`.
     pub perf_map: bool,
 }
 
@@ -49,7 +50,7 @@ impl Default for RuntimeConfig {
             cache_dir: Self::default_cache_dir(),
             cache_max_bytes: 2 << 30,
             epoch_tick: Duration::from_millis(10),
-            perf_map: false,
+            perf_map: std::env::var_os("WEIR_PERF_MAP").is_some_and(|value| value == "1"),
         }
     }
 }
