@@ -62,6 +62,9 @@ pub(crate) struct ChangelogWriter<'a> {
     /// store at the first.
     logs: Option<BTreeMap<u32, GroupLog>>,
     packed: bool,
+    /// Where the next round starts offering bases: past the last group that wrote one,
+    /// so a group due every round (a hot key's) cannot hold the others' off for good.
+    bases_from: u32,
     key: Vec<u8>,
     value: EntriesValue,
     /// Called once per base, its chunks sent and its end not (the crash tests' kill point).
@@ -99,6 +102,7 @@ impl<'a> ChangelogWriter<'a> {
             groups,
             logs: None,
             packed: out.packed,
+            bases_from: 0,
             key: Vec::new(),
             value: EntriesValue::default(),
             in_base: out.in_base,
@@ -139,7 +143,8 @@ impl<'a> ChangelogWriter<'a> {
         let mut logs = Vec::new();
         // The earlier rounds' entries, each in group and key order: read once a base needs them.
         let mut before: Option<Vec<Vec<Entry<'_>>>> = None;
-        for run in entries.chunk_by(|a, b| a.0 == b.0) {
+        let runs: Vec<&[Entry<'_>]> = entries.chunk_by(|a, b| a.0 == b.0).collect();
+        for run in starting_at(&runs, self.bases_from) {
             let group = run[0].0;
             let run_bytes: u64 = run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
             let log = self.logs.as_ref().and_then(|logs| logs.get(&group)).copied().unwrap_or_default();
@@ -158,6 +163,7 @@ impl<'a> ChangelogWriter<'a> {
                     let (written, base) = self.write_base(n, group, &log, since_n_1)?;
                     budget = budget.saturating_sub(base.base_bytes);
                     bases += 1;
+                    self.bases_from = group + 1;
                     (written, base)
                 }
                 false => self.write_segments(group, &log, run, run_bytes)?,
@@ -167,6 +173,7 @@ impl<'a> ChangelogWriter<'a> {
             self.logs.get_or_insert_default().insert(group, log);
             logs.push((group, log));
         }
+        drop(runs);
         drop(entries);
         changes.logs = logs;
         changes.written = (records, bytes);
@@ -332,6 +339,12 @@ fn latest_in_group<'e>(before: &[Vec<Entry<'e>>], group: u32, run: &[Entry<'e>])
     latest.into_iter().map(|(key, value)| (group, key, value)).collect()
 }
 
+/// The runs of groups from `group` on, then those before it: each run once.
+fn starting_at<'r, 'e>(runs: &'r [&'r [Entry<'e>]], group: u32) -> impl Iterator<Item = &'r [Entry<'e>]> {
+    let first = runs.partition_point(|run| run[0].0 < group);
+    runs[first..].iter().chain(&runs[..first]).copied()
+}
+
 fn entry_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
     (key.len() + value.map_or(0, <[u8]>::len)) as u64
 }
@@ -359,5 +372,17 @@ mod tests {
         let merged = latest_in_group(&[first, second], 2, &run);
         let expected: Vec<Entry<'_>> = vec![(2, b"a", Some(b"3")), (2, b"b", None), (2, b"c", Some(b"2")), (2, b"d", Some(b"3"))];
         assert_eq!(merged, expected);
+    }
+
+    #[test]
+    fn a_round_offers_bases_from_the_group_after_the_last_base_and_wraps() {
+        let entries: Vec<Entry<'_>> = vec![(1, b"a", None), (1, b"b", None), (4, b"a", None), (9, b"a", None)];
+        let runs: Vec<&[Entry<'_>]> = entries.chunk_by(|a, b| a.0 == b.0).collect();
+        let order = |from| starting_at(&runs, from).map(|run| run[0].0).collect::<Vec<_>>();
+        assert_eq!(order(0), [1, 4, 9]);
+        assert_eq!(order(2), [4, 9, 1]);
+        assert_eq!(order(9), [9, 1, 4]);
+        assert_eq!(order(10), [1, 4, 9]);
+        assert_eq!(starting_at(&runs, 5).map(<[Entry<'_>]>::len).sum::<usize>(), entries.len());
     }
 }
