@@ -183,6 +183,10 @@ impl StateChunk {
         });
     }
 
+    fn with_capacity(data: usize, entries: usize) -> Self {
+        StateChunk { data: Vec::with_capacity(data), entries: Vec::with_capacity(entries) }
+    }
+
     /// Each entry's key and value (`None` for a removal).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], Option<&[u8]>)> {
         (0..self.entries.len()).map(|index| self.get(index))
@@ -200,10 +204,21 @@ impl StateChunk {
 /// A key's first sixteen bytes as a big-endian integer, zero-padded: ordered as the
 /// bytes are, except that a short key ties with its zero-padded longer ones (a tie is
 /// broken by comparing the keys whole).
+///
+/// Copied in pieces of fixed width: a copy of a length known only at run time is a call
+/// to `memcpy`, once per entry of every sort and merge.
 fn prefix(key: &[u8]) -> u128 {
+    if let Some(head) = key.first_chunk::<16>() {
+        return u128::from_be_bytes(*head);
+    }
     let mut head = [0; 16];
-    let len = key.len().min(16);
-    head[..len].copy_from_slice(&key[..len]);
+    let mut at = 0;
+    for width in [8, 4, 2, 1] {
+        if key.len() - at >= width {
+            head[at..at + width].copy_from_slice(&key[at..at + width]);
+            at += width;
+        }
+    }
     u128::from_be_bytes(head)
 }
 
@@ -252,8 +267,6 @@ pub struct StateChanges {
     chunk: StateChunk,
     /// `groups[i]` is the key group of entry `i` of `chunk`.
     groups: Vec<u32>,
-    /// Entry indices by group and key, once `sort` has run.
-    order: Vec<u32>,
     /// Once written to the changelog: what it then holds of each group written.
     pub(crate) logs: Vec<(u32, GroupLog)>,
     /// Once written: the changelog records and their bytes (keys and values).
@@ -276,7 +289,26 @@ impl StateChanges {
     /// Orders the entries by group and key, as the store keeps them (its memtable
     /// inserts sorted keys several times faster than random ones); the entries of a key
     /// pushed twice stay in the order pushed. Returns a key that comes twice, if one does.
+    ///
+    /// The chunk is laid out anew in that order, so that the changelog writer and the
+    /// folder read it front to back: read through a list of indices, the folder's merge
+    /// spent most of its time waiting for memory.
     pub(crate) fn sort(&mut self) -> Option<&[u8]> {
+        let order = self.order();
+        let mut chunk = StateChunk::with_capacity(self.chunk.data_len(), order.len());
+        let mut groups = Vec::with_capacity(order.len());
+        for &index in &order {
+            let (key, value) = self.chunk.get(index as usize);
+            chunk.push(key, value);
+            groups.push(self.groups[index as usize]);
+        }
+        (self.chunk, self.groups) = (chunk, groups);
+        let twice = (1..self.chunk.len()).find(|&i| self.chunk.get(i - 1).0 == self.chunk.get(i).0);
+        twice.map(|i| self.chunk.get(i).0)
+    }
+
+    /// Entry indices by group and key, a key pushed twice in the order pushed.
+    fn order(&self) -> Vec<u32> {
         let keys: Vec<&[u8]> = self.chunk.iter().map(|(key, _)| key).collect();
         // Most comparisons end in the group and the key's first sixteen bytes, compared as
         // one integer; only keys alike that far are compared whole, then by position.
@@ -284,21 +316,13 @@ impl StateChanges {
         sorted.sort_unstable_by(|a, b| {
             (a.0, a.1).cmp(&(b.0, b.1)).then_with(|| keys[a.2 as usize].cmp(keys[b.2 as usize])).then(a.2.cmp(&b.2))
         });
-        let order: Vec<u32> = sorted.into_iter().map(|(.., index)| index).collect();
-        let twice = order.windows(2).find(|pair| keys[pair[0] as usize] == keys[pair[1] as usize]).map(|pair| pair[0]);
-        self.order = order;
-        twice.map(|index| keys[index as usize])
+        sorted.into_iter().map(|(.., index)| index).collect()
     }
 
     /// Each entry as `(group, key, value)`, `None` a removal: by group and key once
     /// sorted, else as pushed.
     pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], Option<&[u8]>)> {
-        let sorted = self.order.len() == self.groups.len();
-        (0..self.groups.len()).map(move |i| {
-            let index = if sorted { self.order[i] as usize } else { i };
-            let (key, value) = self.chunk.get(index);
-            (self.groups[index], key, value)
-        })
+        self.chunk.iter().zip(&self.groups).map(|((key, value), &group)| (group, key, value))
     }
 
     /// The key groups of the entries: each once, if sorted.
@@ -400,6 +424,16 @@ mod tests {
             (1, (1, b"a", Some(b"s"))),
         ];
         assert_eq!(merged, want);
+    }
+
+    #[test]
+    fn a_prefix_is_the_first_sixteen_bytes_zero_padded() {
+        let bytes: Vec<u8> = (1..=20).collect();
+        for len in 0..=bytes.len() {
+            let mut head = [0; 16];
+            head[..len.min(16)].copy_from_slice(&bytes[..len.min(16)]);
+            assert_eq!(prefix(&bytes[..len]), u128::from_be_bytes(head), "a key of {len} bytes");
+        }
     }
 
     #[test]
