@@ -67,7 +67,9 @@ impl Limits {
 
     /// The most bytes one snapshot round may hand over, counting
     /// `chunk::ENTRY_OVERHEAD_BYTES` per entry: twice the memory limit, since the
-    /// guest holds what changed (a round that never ends stops there).
+    /// guest holds what changed (a round that never ends stops there). Sorting the
+    /// round copies its keys and values once into key order, so the host holds up
+    /// to twice its keys and values for that moment.
     pub fn round_bytes(&self) -> usize {
         self.memory_bytes.saturating_mul(2)
     }
