@@ -13,6 +13,7 @@ mod contract;
 mod error;
 mod exports;
 mod instance;
+mod linear;
 mod memory;
 mod plugin;
 mod ports;

@@ -12,6 +12,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, OptLevel};
 
 use super::cache::{CacheError, CompiledCache};
+use super::linear::HugePages;
 use super::sandbox::{self, HostState};
 
 /// How the runtime is set up; [`RuntimeConfig::default`] suits production.
@@ -101,6 +102,12 @@ impl Runtime {
         wasm.epoch_interruption(true);
         wasm.cranelift_opt_level(OptLevel::Speed);
         wasm.parallel_compilation(true);
+        // Linear memories in transparent huge pages (`linear.rs`): a keyed window's table
+        // of 10 M keys costs 12 % less CPU a record. Their initial image is then copied in
+        // rather than mapped copy-on-write, which only a large guest notices (a Python
+        // component's 13 MiB: instantiation 0.9 -> 4.8 ms, about 20 MiB more RSS).
+        wasm.with_host_memory(Arc::new(HugePages));
+        wasm.memory_init_cow(false);
         if config.perf_map {
             wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
