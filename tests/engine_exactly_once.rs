@@ -77,6 +77,31 @@ fn window_count_commits_exactly_the_reference_output() {
     }
 }
 
+/// Windows that fire once the job has caught up with its input commit at once, not at
+/// the end of the checkpoint interval: with checkpoints every 30 s the results are
+/// visible well before the second, and exact.
+#[test]
+fn fired_windows_commit_before_the_interval_ends_once_the_input_is_read() {
+    let job = job::job_dir("wc-early");
+    topics(&job);
+    job.window_count(2, 30_000, WINDOW_MS as u64, "");
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    // An attempt's first checkpoint comes early anyway; the next is due 30 s later.
+    job::wait_for_log(&log, "checkpoint committed", Duration::from_secs(60));
+    let mut clicks = Clicks::new(11, PARTITIONS, 100);
+    let mut input = clicks.take(5_000);
+    input.extend(clicks.flush());
+    support::produce(&job.input, &input);
+
+    let expected = clicks::window_counts(&input, WINDOW_MS);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    let complete = tail.until_while(expected.len(), Duration::from_secs(15), &mut child);
+    let log_text = job::read_log(&log);
+    assert!(complete, "{} of {} results visible after 15 s; log:\n{log_text}", tail.records.len(), expected.len());
+    stop_and_compare(&job, &mut child, &input, &log);
+}
+
 #[test]
 fn at_least_once_mode_runs_the_same_pipeline_without_transactions() {
     let job = job::job_dir("wc-alo");

@@ -69,5 +69,8 @@ pub(crate) enum Event {
     State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changes: Vec<StateChanges> },
     /// The sink has handed every record of epoch `n` to the producer.
     SinkAligned(u64),
+    /// An operator subtask's watermark fired output, the first since the last barrier
+    /// (`Pace`): the coordinator may start the next checkpoint early.
+    Fired,
     Failed(TaskFailure),
 }

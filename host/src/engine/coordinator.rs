@@ -17,7 +17,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use crate::checkpoint::layout;
 use crate::checkpoint::store::{Checkpoint, CheckpointStore};
 use crate::chunk::StateChanges;
-use crate::dataflow::{Event, InputTopics, TaskFailure};
+use crate::dataflow::{Event, InputTopics, Pace, TaskFailure};
 use crate::metrics::Metrics;
 use crate::metrics::history::CheckpointEntry;
 use crate::sink::{self, Sink};
@@ -34,6 +34,11 @@ use super::watchdog::Watchdog;
 const FIRST_CHECKPOINT: Duration = Duration::from_millis(100);
 /// How often the idle coordinator looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
+/// How often it looks whether the sources have caught up while results wait.
+const CATCH_UP_POLL: Duration = Duration::from_millis(2);
+/// An early checkpoint starts at least this share of the interval after the last one
+/// (1 in `EARLY_SHARE`): checkpoints come at most this many times as often.
+const EARLY_SHARE: u32 = 4;
 
 pub(super) struct Coordinator<'a> {
     pub(super) store: &'a CheckpointStore,
@@ -48,6 +53,9 @@ pub(super) struct Coordinator<'a> {
     /// The last checkpoint committed, for the operator subtasks: once N is, they may write
     /// state changes of N+1 into its open transaction before its barrier.
     pub(super) committed_through: &'a AtomicU64,
+    /// With exactly-once: whether results wait for a commit while the sources have
+    /// caught up, when the next checkpoint starts early for them.
+    pub(super) pace: Option<&'a Pace>,
     /// Checkpoints committed, for the folder to fold into the store's state.
     pub(super) folds: Handover,
     /// The folder's word that it has folded a checkpoint, when checkpoints wait for
@@ -106,13 +114,15 @@ impl Coordinator<'_> {
             self.metrics.resumed(resumed);
         }
         let mut due = Instant::now() + self.interval.min(FIRST_CHECKPOINT);
+        let mut earliest = Instant::now();
         loop {
-            let stopping = self.idle_until(due)?;
+            let stopping = self.idle_until(due, earliest)?;
             // The interval runs from one barrier to the next, as in Flink: a checkpoint
             // that took part of it does not delay the next one.
-            due = Instant::now() + self.interval;
-            let n = self.next;
             let started = Instant::now();
+            due = started + self.interval;
+            earliest = started + self.interval / EARLY_SHARE;
+            let n = self.next;
             if let Err(failure) = self.checkpoint(n) {
                 // Stopped: the attempt ends for another reason (a rebalance), not this checkpoint.
                 if !matches!(failure, TaskFailure::Stopped) {
@@ -127,9 +137,10 @@ impl Coordinator<'_> {
         }
     }
 
-    /// Waits until `due`; a task failure ends the wait. Returns true when a stop was
-    /// requested (a final checkpoint is then due at once).
-    fn idle_until(&mut self, due: Instant) -> Result<bool, TaskFailure> {
+    /// Waits until `due`, or only until `earliest` once results wait and the sources
+    /// have caught up (`Pace`); a task failure ends the wait. Returns true when a stop
+    /// was requested (a final checkpoint is then due at once).
+    fn idle_until(&mut self, due: Instant, earliest: Instant) -> Result<bool, TaskFailure> {
         loop {
             if self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed)) {
                 return Err(TaskFailure::Stopped);
@@ -139,10 +150,14 @@ impl Coordinator<'_> {
             }
             self.folds.offer()?;
             let now = Instant::now();
+            let waiting = self.pace.is_some_and(Pace::waiting);
+            let due = if self.pace.is_some_and(Pace::wants_checkpoint) { due.min(earliest) } else { due };
             if now >= due {
                 return Ok(false);
             }
-            match self.events.recv_timeout((due - now).min(STOP_POLL)) {
+            let poll = if waiting { CATCH_UP_POLL } else { STOP_POLL };
+            match self.events.recv_timeout((due - now).min(poll)) {
+                Ok(Event::Fired) => {}
                 Ok(Event::Failed(failure)) => return Err(failure),
                 Ok(Event::State { n, task, .. }) => {
                     unreachable!("{task} sent state for checkpoint {n} while none was in flight")
@@ -160,6 +175,9 @@ impl Coordinator<'_> {
         // A state_dir deleted under the job: the store would fail at its next new file,
         // and every checkpoint folded meanwhile would be lost with it.
         self.store.check_present()?;
+        if let Some(pace) = self.pace {
+            pace.barrier();
+        }
         for source in &self.sources {
             source.send(Control::Barrier(n)).map_err(|_| TaskFailure::Stopped)?;
         }
@@ -194,6 +212,8 @@ impl Coordinator<'_> {
                     assert_eq!(m, n, "the sink aligned checkpoint {m} during {n}");
                     sink_aligned = true;
                 }
+                // Noted in `Pace`: the next wait looks there.
+                Ok(Event::Fired) => {}
                 Ok(Event::Failed(failure)) => return Err(failure),
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(TaskFailure::CheckpointTimeout { n, timeout: self.timeout });
@@ -287,20 +307,23 @@ impl Coordinator<'_> {
     /// exactly-once replay). A task failure ends the wait.
     fn await_fold(&mut self) -> Result<(), TaskFailure> {
         let (Some(n), Some(folded)) = (self.fold_in_flight.take(), &self.folded) else { return Ok(()) };
-        crossbeam_channel::select! {
-            recv(folded) -> folded => match folded {
-                Ok(m) => {
-                    debug_assert_eq!(m, n, "the folder folded {m} while {n} was in flight");
-                    Ok(())
-                }
-                Err(_) => Err(TaskFailure::Stopped),
-            },
-            recv(self.events) -> event => match event {
-                Ok(Event::Failed(failure)) => Err(failure),
-                Ok(Event::State { n: m, task, .. }) => unreachable!("{task} sent state for checkpoint {m} before its barrier"),
-                Ok(Event::SinkAligned(m)) => unreachable!("the sink aligned {m} before its barrier"),
-                Err(_) => Err(TaskFailure::Stopped),
-            },
+        loop {
+            crossbeam_channel::select! {
+                recv(folded) -> folded => match folded {
+                    Ok(m) => {
+                        debug_assert_eq!(m, n, "the folder folded {m} while {n} was in flight");
+                        return Ok(());
+                    }
+                    Err(_) => return Err(TaskFailure::Stopped),
+                },
+                recv(self.events) -> event => match event {
+                    Ok(Event::Fired) => {}
+                    Ok(Event::Failed(failure)) => return Err(failure),
+                    Ok(Event::State { n: m, task, .. }) => unreachable!("{task} sent state for checkpoint {m} before its barrier"),
+                    Ok(Event::SinkAligned(m)) => unreachable!("the sink aligned {m} before its barrier"),
+                    Err(_) => return Err(TaskFailure::Stopped),
+                },
+            }
         }
     }
 

@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 
 use crate::checkpoint::layout;
 use crate::checkpoint::store::CheckpointStore;
-use crate::dataflow::{Event, Fanout, InputTopics, KeyGroups, Message, Reader, Shard, TaskFailure};
+use crate::dataflow::{Event, Fanout, InputTopics, KeyGroups, Message, Pace, Reader, Shard, TaskFailure};
 use crate::job::{self, Input, Port};
 use crate::operator::OperatorInstance;
 use crate::sink::{self, SinkTask};
@@ -60,6 +60,7 @@ pub(super) fn execute(
     // The stream sources wait until every subtask that reads a table has loaded it.
     let table_readers = (0..stages).filter(|&stage| job.reads_table(stage)).count();
     let bootstrap = Arc::new(Bootstrap::new(table_readers * parallelism));
+    let pace = Arc::new(Pace::new(sources.len()));
     // The store holds the state of every checkpoint before the attempt's first.
     let folded = AtomicU64::new(next.saturating_sub(1));
     // The last checkpoint committed: its successor's transaction is open.
@@ -71,7 +72,7 @@ pub(super) fn execute(
         let mut wiring = wire(job, key_groups);
         let mut handles = Vec::new();
         let routing = Routing { key_groups, shard: shard.as_ref() };
-        let starts = Sources { starts: sources, routing, bootstrap: &bootstrap };
+        let starts = Sources { starts: sources, routing, bootstrap: &bootstrap, pace: &pace };
         let control = spawn_sources(engine, scope, starts, &mut wiring, &events_tx, &mut handles)?;
         let state_out = StateOut {
             sink: &sink,
@@ -83,7 +84,7 @@ pub(super) fn execute(
             packed: job.producer.delivery == job::Delivery::ExactlyOnce,
             in_base: |n| fault::point(Step::InBase, n),
         };
-        let operators = Operators { instances: operators, routing, records, state_out, next, inputs: &inputs, bootstrap: &bootstrap };
+        let operators = Operators { instances: operators, routing, records, state_out, next, inputs: &inputs, bootstrap: &bootstrap, pace: &pace };
         spawn_operators(engine, scope, operators, &mut wiring, &events_tx, &mut handles);
         let sink_task = SinkTask {
             sink: &sink,
@@ -118,6 +119,7 @@ pub(super) fn execute(
             events: events_rx,
             committed: committed_tx,
             committed_through: &committed,
+            pace: (job.producer.delivery == job::Delivery::ExactlyOnce).then_some(&*pace),
             folds: Handover::new(folds_tx, folded_rx.is_some()),
             folded: folded_rx,
             fold_in_flight: None,
@@ -168,6 +170,7 @@ struct Sources<'a> {
     routing: Routing<'a>,
     /// The gate the stream sources wait at until every table is loaded.
     bootstrap: &'a Arc<Bootstrap>,
+    pace: &'a Arc<Pace>,
 }
 
 /// The source tasks; returns their control channels.
@@ -179,7 +182,7 @@ fn spawn_sources<'scope>(
     events: &Sender<Event>,
     handles: &mut Vec<ScopedJoinHandle<'scope, ()>>,
 ) -> Result<Vec<Sender<Control>>, TaskFailure> {
-    let Sources { starts, routing, bootstrap } = sources;
+    let Sources { starts, routing, bootstrap, pace } = sources;
     let job = &engine.job;
     let parallelism = job.parallelism as usize;
     let mut control = Vec::with_capacity(starts.len());
@@ -202,6 +205,7 @@ fn spawn_sources<'scope>(
             output,
             table: spec.table,
             bootstrap: Arc::clone(bootstrap),
+            pace: Arc::clone(pace),
             shard: routing.shard.cloned(),
             dead_letters: job.producer.dead_letter_topic.as_ref().and_then(|_| first_operator_reading(job, port)),
             control: control_rx,
@@ -242,6 +246,7 @@ struct Operators<'a> {
     next: u64,
     inputs: &'a InputTopics,
     bootstrap: &'a Arc<Bootstrap>,
+    pace: &'a Arc<Pace>,
 }
 
 /// Every subtask of every operator, with the channels `wiring` made for it.
@@ -270,6 +275,7 @@ fn spawn_operators<'scope>(
                 instance,
                 watermark,
                 bootstrap: job.reads_table(stage).then(|| Arc::clone(operators.bootstrap)),
+                pace: Arc::clone(operators.pace),
                 inputs: std::mem::take(&mut wiring.operator_inputs[stage][subtask]),
                 outputs,
                 key_groups,

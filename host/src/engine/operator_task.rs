@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use crate::batch::Batch;
 use crate::checkpoint::layout::{self, TaskId};
 use crate::chunk::{self, StateChanges};
-use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Records, Shard, TaskFailure, kafka_partition, murmur2};
+use crate::dataflow::{DeadLetter, Event, Fanout, InputTopics, KeyGroups, Message, Origin, Pace, Records, Shard, TaskFailure, kafka_partition, murmur2};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Emitted, OperatorError, OperatorInstance};
 use crate::source::Bootstrap;
@@ -37,6 +37,8 @@ pub(super) struct OperatorTask<'a> {
     /// With a table input: the gate the stream sources wait at, which this subtask
     /// passes once every table channel delivered its `TableEnd`.
     pub(super) bootstrap: Option<Arc<Bootstrap>>,
+    /// Where a firing of results says so (a checkpoint may then come early).
+    pub(super) pace: Arc<Pace>,
     /// The key groups this subtask owns when its input is routed by key; `None` when
     /// it is not, and then the operator may keep no state.
     pub(super) owned: Option<Range<u32>>,
@@ -325,6 +327,10 @@ impl OperatorTask<'_> {
         self.watermark = watermark;
         self.metrics.watermark.set(watermark);
         let output = self.instance.on_watermark_emitted(watermark).map_err(TaskFailure::operator)?;
+        if !output.is_empty() && self.pace.fire() {
+            // A wake-up only: with the channel full the coordinator sees the note anyway.
+            let _ = self.events.try_send(Event::Fired);
+        }
         self.emit(output)?;
         self.marker(Message::Watermark(watermark))
     }

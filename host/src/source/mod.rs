@@ -11,7 +11,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Records, Shard, TaskFailure, input_id, kafka_partition};
+use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition};
 use crate::metrics::{Metrics, PartitionMetrics};
 
 mod bootstrap;
@@ -64,6 +64,8 @@ pub(crate) struct SourceTask {
     /// Open once every table of the job is loaded by its readers: a stream source
     /// delivers nothing before.
     pub(crate) bootstrap: Arc<Bootstrap>,
+    /// Where it says whether it has caught up (a checkpoint may then come early).
+    pub(crate) pace: Arc<Pace>,
     /// In a process of a scaled-out job, the partitions it owns: a keyed record must be
     /// in a key group of the partition it was read from.
     pub(crate) shard: Option<Shard>,
@@ -174,6 +176,7 @@ impl SourceTask {
                 continue;
             }
             let records = self.read_batch()?;
+            self.pace.read(self.index, records.batch.len() >= BATCH_RECORDS || records.batch.data_len() >= BATCH_BYTES);
             if !records.is_empty() {
                 self.send_records(records)?;
                 self.wake(&mut activity);
