@@ -35,7 +35,7 @@ const FIRST_CHECKPOINT: Duration = Duration::from_millis(100);
 /// How often the idle coordinator looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
 /// How often it looks whether the sources have caught up while results wait.
-const CATCH_UP_POLL: Duration = Duration::from_millis(2);
+const CATCH_UP_POLL: Duration = Duration::from_millis(5);
 /// An early checkpoint starts at least this share of the interval after the last one
 /// (1 in `EARLY_SHARE`): checkpoints come at most this many times as often.
 const EARLY_SHARE: u32 = 4;
