@@ -176,7 +176,7 @@ impl SourceTask {
                 continue;
             }
             let records = self.read_batch()?;
-            self.pace.read(self.index, records.batch.len() >= BATCH_RECORDS || records.batch.data_len() >= BATCH_BYTES);
+            self.pace.read(self.index, is_full(&records));
             if !records.is_empty() {
                 self.send_records(records)?;
                 self.wake(&mut activity);
@@ -216,7 +216,7 @@ impl SourceTask {
         self.check_client()?;
         let mut records = Records::default();
         let mut wait = POLL_WAIT;
-        while records.batch.len() < BATCH_RECORDS && records.batch.data_len() < BATCH_BYTES {
+        while !is_full(&records) {
             let max = FETCH_RECORDS.min(BATCH_RECORDS - records.batch.len());
             if !self.read_into(&mut records, wait, max)? {
                 break;
@@ -445,4 +445,10 @@ fn read_failure(index: usize, topic: &str, error: rdkafka::error::KafkaError, de
         ));
     }
     TaskFailure::Kafka(format!("source {index} reading topic {topic}: {error} ({detail})"))
+}
+
+/// Whether a batch reached one of its bounds: a source that stops there may have left
+/// records in its consumer.
+fn is_full(records: &Records) -> bool {
+    records.batch.len() >= BATCH_RECORDS || records.batch.data_len() >= BATCH_BYTES
 }
