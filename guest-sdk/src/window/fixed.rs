@@ -9,6 +9,8 @@
 //! keys it hands over into one buffer, not one allocation each. When a single window is
 //! open and a good share of its keys changed, a round walks its table in memory order
 //! instead, taking the slots noted for it: a lookup per key is a cache miss or more.
+//! A key of up to 16 bytes lives in its slot, so finding it reads the table alone; a
+//! longer one lies in the window's key bytes, a second cache line per lookup.
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
@@ -36,7 +38,7 @@ pub(super) struct FixedWindows<A> {
     /// The windows those keys were fired from.
     fired_windows: usize,
     /// The round changes are noted for now; starting a snapshot round moves it on.
-    epoch: u64,
+    epoch: Epoch,
     /// The snapshot round being handed over.
     round: Option<Handover>,
 }
@@ -48,8 +50,12 @@ enum Handover {
     Keys(Round<Span>),
     /// The only window's slots in its table's order, those noted for round `epoch`;
     /// `next` is the first not handed over yet (nothing changes the table meanwhile).
-    Walk { epoch: u64, next: usize },
+    Walk { epoch: Epoch, next: usize },
 }
+
+/// A snapshot round's number, as slots note it; 0 is no round. Past the last, a round
+/// clears every slot's note and numbering starts again at 1.
+type Epoch = u32;
 
 /// A single window's round walks its table once at least this share of its slots
 /// (1 in `WALK_SHARE`) changed.
@@ -72,26 +78,100 @@ struct EntryRef<'a, A> {
     windows: &'a [(i64, &'a A)],
 }
 
-/// One window: its keys back to back in `keys`, and a slot per key.
+/// One window: a slot per key, and its keys longer than a slot holds back to back in
+/// `keys`.
 #[derive(Debug)]
 struct Pane<A> {
     start: i64,
     keys: Vec<u8>,
     slots: HashTable<Slot<A>>,
     /// The keys whose slot changed since the last snapshot round.
-    changed: Vec<Span>,
+    changed: Vec<SlotKey>,
 }
 
+/// 32 bytes with a `u64` accumulator: two slots a cache line. Growing the table hashes
+/// the keys again, a few nanoseconds each, rather than keeping each hash.
 #[derive(Debug)]
 struct Slot<A> {
-    /// Kept so that growing the table never rehashes keys.
-    hash: u64,
-    offset: u32,
-    len: u32,
+    key: SlotKey,
     /// The round this slot's change was noted for: changed since the last snapshot
     /// round if that is the current one (restored slots: 0, no round).
-    noted: u64,
+    noted: Epoch,
     accumulator: A,
+}
+
+/// The longest key a slot holds itself.
+const INLINE: usize = 16;
+
+/// A slot's key: its bytes if they fit, else where they lie in the window's `keys` (the
+/// offset in the first four bytes).
+#[derive(Clone, Copy, Debug)]
+struct SlotKey {
+    len: u32,
+    bytes: [u8; INLINE],
+}
+
+impl SlotKey {
+    /// The probe's key as a slot holds it; a long one is appended to `keys`.
+    fn new(probe: &Probe, keys: &mut Vec<u8>) -> Self {
+        let len = u32::try_from(probe.key.len()).expect("a key stays below 4 GiB");
+        let bytes = probe.padded.unwrap_or_else(|| {
+            let offset = u32::try_from(keys.len()).expect("the keys of one window stay below 4 GiB");
+            crate::bytes::append(keys, probe.key);
+            let mut bytes = [0u8; INLINE];
+            bytes[..4].copy_from_slice(&offset.to_le_bytes());
+            bytes
+        });
+        Self { len, bytes }
+    }
+
+    /// The key's hash, as [`Probe`] holds it.
+    fn hash(&self, keys: &[u8]) -> u64 {
+        key::hash(self.get(keys))
+    }
+
+    /// Whether this is the probe's key; `keys` are the window's.
+    #[inline]
+    fn is(&self, probe: &Probe, keys: &[u8]) -> bool {
+        match probe.padded {
+            Some(padded) => {
+                self.len as usize == probe.key.len()
+                    && u128::from_ne_bytes(self.bytes) == u128::from_ne_bytes(padded)
+            }
+            None => key::equal(self.get(keys), probe.key),
+        }
+    }
+
+    /// The key's bytes; `keys` are its window's.
+    #[inline]
+    fn get<'a>(&'a self, keys: &'a [u8]) -> &'a [u8] {
+        match self.bytes.get(..self.len as usize) {
+            Some(inline) => inline,
+            None => {
+                let offset = u32::from_le_bytes(self.bytes[..4].try_into().expect("four bytes"));
+                span(keys, (offset, self.len))
+            }
+        }
+    }
+}
+
+/// A key looked up in the windows: its hash, and its bytes as a slot holds them if
+/// they fit, so that a slot is compared a word at a time.
+struct Probe<'a> {
+    key: &'a [u8],
+    hash: u64,
+    padded: Option<[u8; INLINE]>,
+}
+
+impl<'a> Probe<'a> {
+    #[inline]
+    fn new(key: &'a [u8]) -> Self {
+        Self {
+            key,
+            hash: key::hash(key),
+            padded: crate::bytes::padded(key),
+        }
+    }
 }
 
 impl<A> Pane<A> {
@@ -104,46 +184,35 @@ impl<A> Pane<A> {
         }
     }
 
-    fn find(&self, hash: u64, key: &[u8]) -> Option<&Slot<A>> {
+    fn find(&self, probe: &Probe) -> Option<&Slot<A>> {
         let keys = &self.keys;
-        self.slots
-            .find(hash, |slot| key::equal(span(keys, (slot.offset, slot.len)), key))
+        self.slots.find(probe.hash, |slot| slot.key.is(probe, keys))
     }
 
-    /// The accumulator of `key`, made by `make` if the key is new to the window; the
-    /// slot counts as changed in round `epoch`.
-    fn accumulator(&mut self, key: &[u8], epoch: u64, make: impl FnOnce() -> A) -> &mut A {
-        let hash = key::hash(key);
+    /// The accumulator of the probe's key, made by `make` if the key is new to the
+    /// window; the slot counts as changed in round `epoch`.
+    fn accumulator(&mut self, probe: &Probe, epoch: Epoch, make: impl FnOnce() -> A) -> &mut A {
         let Pane {
             keys,
             slots,
             changed,
             ..
         } = self;
-        let entry = slots.entry(
-            hash,
-            |slot| key::equal(span(keys, (slot.offset, slot.len)), key),
-            |slot| slot.hash,
-        );
+        let entry = slots.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys));
         match entry {
             Entry::Occupied(occupied) => {
                 let slot = occupied.into_mut();
                 if slot.noted != epoch {
                     slot.noted = epoch;
-                    changed.push((slot.offset, slot.len));
+                    changed.push(slot.key);
                 }
                 &mut slot.accumulator
             }
             Entry::Vacant(vacant) => {
-                let offset =
-                    u32::try_from(keys.len()).expect("the keys of one window stay below 4 GiB");
-                crate::bytes::append(keys, key);
-                let len = key.len() as u32;
-                changed.push((offset, len));
+                let key = SlotKey::new(probe, keys);
+                changed.push(key);
                 let slot = Slot {
-                    hash,
-                    offset,
-                    len,
+                    key,
                     noted: epoch,
                     accumulator: make(),
                 };
@@ -153,30 +222,27 @@ impl<A> Pane<A> {
     }
 
     /// Adds a restored accumulator of a key new to the window, unchanged.
-    fn restore(&mut self, key: &[u8], accumulator: A) -> Result<(), Error> {
-        let hash = key::hash(key);
-        if self.find(hash, key).is_some() {
-            return Err(duplicate(key));
+    fn restore(&mut self, probe: &Probe, accumulator: A) -> Result<(), Error> {
+        let Pane { keys, slots, .. } = self;
+        match slots.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys)) {
+            Entry::Occupied(_) => Err(duplicate(probe.key)),
+            Entry::Vacant(vacant) => {
+                let slot = Slot {
+                    key: SlotKey::new(probe, keys),
+                    noted: 0,
+                    accumulator,
+                };
+                vacant.insert(slot);
+                Ok(())
+            }
         }
-        let offset =
-            u32::try_from(self.keys.len()).expect("the keys of one window stay below 4 GiB");
-        self.keys.extend_from_slice(key);
-        let slot = Slot {
-            hash,
-            offset,
-            len: key.len() as u32,
-            noted: 0,
-            accumulator,
-        };
-        self.slots.insert_unique(hash, slot, |slot| slot.hash);
-        Ok(())
     }
 
     /// Copies the keys noted since the last snapshot round to the end of `bytes`, their
     /// spans to `spans`; the notes are dropped (the round moving on clears the slots').
     fn take_changed(&mut self, bytes: &mut Vec<u8>, spans: &mut Vec<Span>) {
         for noted in self.changed.drain(..) {
-            spans.push(push_key(bytes, span(&self.keys, noted)));
+            spans.push(push_key(bytes, noted.get(&self.keys)));
         }
     }
 
@@ -188,11 +254,11 @@ impl<A> Pane<A> {
         let mut slots: Vec<(u64, Slot<A>)> = self
             .slots
             .into_iter()
-            .map(|slot| (key::prefix(span(&keys, (slot.offset, slot.len))), slot))
+            .map(|slot| (key::prefix(slot.key.get(&keys)), slot))
             .collect();
         slots.sort_unstable_by(|(a_prefix, a), (b_prefix, b)| {
             a_prefix.cmp(b_prefix).then_with(|| {
-                key::compare(span(&keys, (a.offset, a.len)), span(&keys, (b.offset, b.len)))
+                key::compare(a.key.get(&keys), b.key.get(&keys))
             })
         });
         (keys, slots.into_iter().map(|(_, slot)| slot))
@@ -239,7 +305,7 @@ impl<A> FixedWindows<A> {
     {
         debug_assert!(!self.has_fired(start));
         let index = self.pane_index(start);
-        self.windows[index].accumulator(key, self.epoch, A::default)
+        self.windows[index].accumulator(&Probe::new(key), self.epoch, A::default)
     }
 
     /// The index of the window starting at `start`, opened if new. Searched from the
@@ -290,7 +356,7 @@ impl<A> FixedWindows<A> {
             self.fired_windows += 1;
             let (keys, slots) = pane.into_sorted();
             for slot in slots {
-                let key = span(&keys, (slot.offset, slot.len));
+                let key = slot.key.get(&keys);
                 self.fired.push(push_key(&mut self.noted, key));
                 emit(window, key, slot.accumulator);
             }
@@ -322,12 +388,12 @@ impl<A: Serialize> FixedWindows<A> {
         let mut windows: Vec<(i64, &A)> = Vec::new();
         round.hand_over(|&noted| {
             let key = span(&self.noted, noted);
-            let hash = key::hash(key);
+            let probe = Probe::new(key);
             windows.clear();
             windows.extend(
                 self.windows
                     .iter()
-                    .filter_map(|pane| Some((pane.start, &pane.find(hash, key)?.accumulator))),
+                    .filter_map(|pane| Some((pane.start, &pane.find(&probe)?.accumulator))),
             );
             if windows.is_empty() {
                 return Ok(changes.remove(key));
@@ -342,7 +408,7 @@ impl<A: Serialize> FixedWindows<A> {
 
     /// Hands over the only window's slots noted for round `epoch`, from the `next`th of
     /// its table on; `next` ends at the first slot not handed over.
-    fn walk(&self, epoch: u64, next: &mut usize, changes: &mut Changes) -> Result<Drained, Error> {
+    fn walk(&self, epoch: Epoch, next: &mut usize, changes: &mut Changes) -> Result<Drained, Error> {
         let pane = &self.windows[0];
         for slot in pane.slots.iter().skip(*next) {
             if slot.noted == epoch {
@@ -351,7 +417,7 @@ impl<A: Serialize> FixedWindows<A> {
                     size_ms: self.size,
                     windows: &windows,
                 };
-                if !changes.put(span(&pane.keys, (slot.offset, slot.len)), &entry)? {
+                if !changes.put(slot.key.get(&pane.keys), &entry)? {
                     return Ok(Drained::More);
                 }
             }
@@ -364,8 +430,10 @@ impl<A: Serialize> FixedWindows<A> {
     /// on are noted for the next.
     fn begin_round(&mut self) -> Handover {
         let epoch = self.epoch;
-        self.epoch += 1;
+        let last = epoch == Epoch::MAX;
+        self.epoch = if last { 1 } else { epoch + 1 };
         if let [only] = self.windows.make_contiguous()
+            && !last
             && self.fired_windows == 0
             && only.changed.len() * WALK_SHARE >= only.slots.len()
             && !only.changed.is_empty()
@@ -380,6 +448,9 @@ impl<A: Serialize> FixedWindows<A> {
         let mut spans = std::mem::take(&mut self.fired);
         for pane in &mut self.windows {
             pane.take_changed(&mut self.noted, &mut spans);
+            if last {
+                pane.slots.iter_mut().for_each(|slot| slot.noted = 0);
+            }
         }
         Handover::Keys(match distinct {
             true => Round::distinct(spans),
@@ -405,9 +476,10 @@ impl<A> FixedWindows<A> {
                 entry.size_ms, self.size
             )));
         }
+        let probe = Probe::new(key);
         for (start, accumulator) in entry.windows {
             let index = self.pane_index(start);
-            self.windows[index].restore(key, accumulator)?;
+            self.windows[index].restore(&probe, accumulator)?;
         }
         Ok(())
     }
@@ -416,5 +488,58 @@ impl<A> FixedWindows<A> {
     /// checkpoint, so a record for one of them is late.
     pub(super) fn restored(&mut self, watermark: i64) {
         self.watermark = self.watermark.max(watermark);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keys of one whole snapshot round, sorted.
+    fn round(windows: &mut FixedWindows<u64>) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        loop {
+            let mut changes = Changes::new(1, 1 << 16);
+            let drained = windows.drain_changes(&mut changes).unwrap();
+            keys.extend(changes.into_chunk().iter().map(|entry| entry.unwrap().0.to_vec()));
+            if drained == Drained::All {
+                break;
+            }
+        }
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn a_slot_of_a_short_key_and_a_count_is_half_a_cache_line() {
+        assert_eq!(size_of::<Slot<u64>>(), 32);
+    }
+
+    #[test]
+    fn rounds_hold_what_changed_as_their_numbers_start_again() {
+        let mut windows = FixedWindows::<u64>::new(100);
+        let keys: Vec<Vec<u8>> = (0..64u32).map(|i| format!("k{i}").into_bytes()).collect();
+        // Every key noted in round 1, long ago; the next round 1 must note them afresh.
+        for key in &keys {
+            *windows.accumulator(0, key) += 1;
+        }
+        assert_eq!(round(&mut windows).len(), 64);
+        windows.epoch = Epoch::MAX - 2;
+        // Rounds that walk the window's table (an eighth of its keys or more changed) and
+        // rounds that look each key up, across the end of the numbers and past it. The
+        // last number's round would walk; the next round 1 changes keys untouched since
+        // the first.
+        let rounds = [(0, 3), (0, 2), (0, 10), (50, 5), (0, 64), (0, 2), (0, 64)];
+        for (round_number, (first, changed)) in rounds.into_iter().enumerate() {
+            let changed = &keys[first..first + changed];
+            for key in changed {
+                *windows.accumulator(0, key) += 1;
+            }
+            let mut expected = changed.to_vec();
+            expected.sort();
+            assert_eq!(round(&mut windows), expected, "round {round_number}");
+        }
+        assert_eq!(windows.epoch, 5, "numbered from 1 again");
+        assert!(round(&mut windows).is_empty(), "nothing changed since");
     }
 }

@@ -66,6 +66,19 @@ fn restore<W: KeyedState>(mut fresh: W, image: &StateImage, watermark: i64) -> W
     fresh
 }
 
+/// The keys of [`stream`]: empty, short, and either side of the 16 bytes a window's slot
+/// holds itself, alike in their first 8 or 16 bytes.
+const STREAM_KEYS: [&str; 8] = [
+    "",
+    "k1",
+    "k2",
+    "key-of-16-bytes1",
+    "key-of-16-bytes2",
+    "key-of-16-bytes1+",
+    "key-of-16-bytes1-",
+    "a key of more than thirty-two bytes",
+];
+
 /// Records (key, ts) with bounded disorder: each is at most `disorder` ms behind the
 /// highest timestamp so far, so none is late for watermark = max - disorder.
 fn stream(seed: u64, records: usize, disorder: i64) -> Vec<(Vec<u8>, i64)> {
@@ -75,7 +88,7 @@ fn stream(seed: u64, records: usize, disorder: i64) -> Vec<(Vec<u8>, i64)> {
         .map(|_| {
             max += rng.below(40) as i64;
             let ts = max - rng.below(disorder as u64 + 1) as i64;
-            let key = format!("k{}", rng.below(7)).into_bytes();
+            let key = STREAM_KEYS[rng.below(STREAM_KEYS.len() as u64) as usize].as_bytes().to_vec();
             (key, ts)
         })
         .collect()
@@ -516,4 +529,37 @@ fn a_restore_refuses_another_window_size_slide_or_gap() {
         .restore_entry(b"k", entry)
         .unwrap_err();
     assert!(error.message().contains("10 ms gap"), "{error}");
+}
+
+#[test]
+fn keys_alike_but_in_their_last_byte_keep_their_own_counts() {
+    // Thousands of keys per length, so many meet in one group of the window's table:
+    // held in the slot up to 16 bytes, in the window's key bytes past that.
+    let keys: Vec<Vec<u8>> = (9..=20)
+        .flat_map(|len| (0..1000u32).map(move |i| format!("{i:0>len$}").into_bytes()))
+        .collect();
+    let mut w = TumblingWindows::<u64>::new(100).unwrap();
+    for (i, key) in keys.iter().enumerate() {
+        for _ in 0..=i % 3 {
+            *w.accumulator(key, 10).unwrap() += 1;
+        }
+    }
+    let round = changes(&mut w);
+    assert_eq!(round.len(), keys.len(), "one entry per key");
+    let mut image = StateImage::default();
+    image.apply(&round).unwrap();
+    let mut restored = restore(TumblingWindows::<u64>::new(100).unwrap(), &image, 0);
+    for key in [&keys[0], &keys[keys.len() - 1]] {
+        let entry = snapshot::decode_body(snapshot::parse(&image.entries[key]).unwrap().body).unwrap();
+        let error = restored.restore_entry(key, entry).unwrap_err();
+        assert!(error.message().contains("restored twice"), "{error}");
+    }
+    for mut windows in [w, restored] {
+        let mut fired = Vec::new();
+        windows.fire(100, |_, key, n| fired.push((key.to_vec(), n)));
+        let mut expected: Vec<(Vec<u8>, u64)> =
+            keys.iter().enumerate().map(|(i, key)| (key.clone(), (i % 3 + 1) as u64)).collect();
+        expected.sort();
+        assert_eq!(fired, expected);
+    }
 }
