@@ -11,6 +11,9 @@
 //! instead, taking the slots noted for it: a lookup per key is a cache miss or more.
 //! A key of up to 16 bytes lives in its slot, so finding it reads the table alone; a
 //! longer one lies in the window's key bytes, a second cache line per lookup.
+//!
+//! A window's table is split by hash into shards that grow one at a time: one table of
+//! millions of keys doubled in one call for seconds, and the checkpoint behind it waited.
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
@@ -48,9 +51,10 @@ pub(super) struct FixedWindows<A> {
 enum Handover {
     /// The keys in `noted`, each looked up in every window.
     Keys(Round<Span>),
-    /// The only window's slots in its table's order, those noted for round `epoch`;
-    /// `next` is the first not handed over yet (nothing changes the table meanwhile).
-    Walk { epoch: Epoch, next: usize },
+    /// The only window's slots in its tables' order, those noted for round `epoch`;
+    /// `next` is the first of shard `shard` not handed over yet (nothing changes the
+    /// tables meanwhile).
+    Walk { epoch: Epoch, shard: usize, next: usize },
 }
 
 /// A snapshot round's number, as slots note it; 0 is no round. Past the last, a round
@@ -84,7 +88,8 @@ struct EntryRef<'a, A> {
 struct Pane<A> {
     start: i64,
     keys: Vec<u8>,
-    slots: HashTable<Slot<A>>,
+    /// `SHARDS` tables, a key in the one its hash picks.
+    shards: Box<[HashTable<Slot<A>>]>,
     /// The keys whose slot changed since the last snapshot round.
     changed: Vec<SlotKey>,
 }
@@ -98,6 +103,31 @@ struct Slot<A> {
     /// round if that is the current one (restored slots: 0, no round).
     noted: Epoch,
     accumulator: A,
+}
+
+/// The tables of a window. Keys spread evenly over them, so each grows early at its own
+/// share of its capacity (see [`grow_early`]) and the shards double one after another.
+const SHARDS: usize = 16;
+
+/// A shard of a smaller capacity grows when full, as hashbrown grows it: moving it takes
+/// microseconds.
+const EARLY_FROM: usize = 4096;
+
+/// The shard of a key's hash: bits that neither pick the bucket within a shard (the
+/// lowest) nor make the tag compared before a key (the highest seven).
+fn shard_of(hash: u64) -> usize {
+    (hash >> 40) as usize % SHARDS
+}
+
+/// Grows shard `index` of a window to twice its capacity once it is (17 + index)/32
+/// full, ahead of hashbrown's own growth when full (7/8 of its buckets used): as the
+/// shards fill evenly, they grow one at a time, each about 3 % of a capacity's worth
+/// of keys after the one before.
+fn grow_early<A>(shard: &mut HashTable<Slot<A>>, index: usize, keys: &[u8]) {
+    let (len, capacity) = (shard.len(), shard.capacity());
+    if capacity >= EARLY_FROM && len * 32 >= capacity * (17 + index) {
+        shard.reserve(capacity + 1, |slot| slot.key.hash(keys));
+    }
 }
 
 /// The longest key a slot holds itself.
@@ -179,14 +209,14 @@ impl<A> Pane<A> {
         Self {
             start,
             keys: Vec::new(),
-            slots: HashTable::new(),
+            shards: (0..SHARDS).map(|_| HashTable::new()).collect(),
             changed: Vec::new(),
         }
     }
 
     fn find(&self, probe: &Probe) -> Option<&Slot<A>> {
         let keys = &self.keys;
-        self.slots.find(probe.hash, |slot| slot.key.is(probe, keys))
+        self.shards[shard_of(probe.hash)].find(probe.hash, |slot| slot.key.is(probe, keys))
     }
 
     /// The accumulator of the probe's key, made by `make` if the key is new to the
@@ -194,11 +224,14 @@ impl<A> Pane<A> {
     fn accumulator(&mut self, probe: &Probe, epoch: Epoch, make: impl FnOnce() -> A) -> &mut A {
         let Pane {
             keys,
-            slots,
+            shards,
             changed,
             ..
         } = self;
-        let entry = slots.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys));
+        let index = shard_of(probe.hash);
+        let shard = &mut shards[index];
+        grow_early(shard, index, keys);
+        let entry = shard.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys));
         match entry {
             Entry::Occupied(occupied) => {
                 let slot = occupied.into_mut();
@@ -223,8 +256,11 @@ impl<A> Pane<A> {
 
     /// Adds a restored accumulator of a key new to the window, unchanged.
     fn restore(&mut self, probe: &Probe, accumulator: A) -> Result<(), Error> {
-        let Pane { keys, slots, .. } = self;
-        match slots.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys)) {
+        let Pane { keys, shards, .. } = self;
+        let index = shard_of(probe.hash);
+        let shard = &mut shards[index];
+        grow_early(shard, index, keys);
+        match shard.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys)) {
             Entry::Occupied(_) => Err(duplicate(probe.key)),
             Entry::Vacant(vacant) => {
                 let slot = Slot {
@@ -236,6 +272,11 @@ impl<A> Pane<A> {
                 Ok(())
             }
         }
+    }
+
+    /// Its (key, accumulator) pairs.
+    fn len(&self) -> usize {
+        self.shards.iter().map(HashTable::len).sum()
     }
 
     /// Copies the keys noted since the last snapshot round to the end of `bytes`, their
@@ -252,8 +293,9 @@ impl<A> Pane<A> {
     fn into_sorted(self) -> (Vec<u8>, impl Iterator<Item = Slot<A>>) {
         let keys = self.keys;
         let mut slots: Vec<(u64, Slot<A>)> = self
-            .slots
+            .shards
             .into_iter()
+            .flatten()
             .map(|slot| (key::prefix(slot.key.get(&keys)), slot))
             .collect();
         slots.sort_unstable_by(|(a_prefix, a), (b_prefix, b)| {
@@ -340,7 +382,7 @@ impl<A> FixedWindows<A> {
 
     /// (window, key) pairs still open.
     pub(super) fn open(&self) -> usize {
-        self.windows.iter().map(|pane| pane.slots.len()).sum()
+        self.windows.iter().map(Pane::len).sum()
     }
 
     /// Removes every window with `end <= watermark` and hands over its accumulators
@@ -374,7 +416,10 @@ impl<A: Serialize> FixedWindows<A> {
         };
         let (drained, round) = match round {
             Handover::Keys(mut round) => (self.hand_over_keys(&mut round, changes)?, Handover::Keys(round)),
-            Handover::Walk { epoch, mut next } => (self.walk(epoch, &mut next, changes)?, Handover::Walk { epoch, next }),
+            Handover::Walk { epoch, mut shard, mut next } => {
+                let drained = self.walk(epoch, (&mut shard, &mut next), changes)?;
+                (drained, Handover::Walk { epoch, shard, next })
+            }
         };
         match drained {
             Drained::More => self.round = Some(round),
@@ -407,21 +452,24 @@ impl<A: Serialize> FixedWindows<A> {
     }
 
     /// Hands over the only window's slots noted for round `epoch`, from the `next`th of
-    /// its table on; `next` ends at the first slot not handed over.
-    fn walk(&self, epoch: Epoch, next: &mut usize, changes: &mut Changes) -> Result<Drained, Error> {
+    /// shard `shard` on; the two end at the first slot not handed over.
+    fn walk(&self, epoch: Epoch, (shard, next): (&mut usize, &mut usize), changes: &mut Changes) -> Result<Drained, Error> {
         let pane = &self.windows[0];
-        for slot in pane.slots.iter().skip(*next) {
-            if slot.noted == epoch {
-                let windows = [(pane.start, &slot.accumulator)];
-                let entry = EntryRef {
-                    size_ms: self.size,
-                    windows: &windows,
-                };
-                if !changes.put(slot.key.get(&pane.keys), &entry)? {
-                    return Ok(Drained::More);
+        while let Some(table) = pane.shards.get(*shard) {
+            for slot in table.iter().skip(*next) {
+                if slot.noted == epoch {
+                    let windows = [(pane.start, &slot.accumulator)];
+                    let entry = EntryRef {
+                        size_ms: self.size,
+                        windows: &windows,
+                    };
+                    if !changes.put(slot.key.get(&pane.keys), &entry)? {
+                        return Ok(Drained::More);
+                    }
                 }
+                *next += 1;
             }
-            *next += 1;
+            (*shard, *next) = (*shard + 1, 0);
         }
         Ok(Drained::All)
     }
@@ -435,11 +483,11 @@ impl<A: Serialize> FixedWindows<A> {
         if let [only] = self.windows.make_contiguous()
             && !last
             && self.fired_windows == 0
-            && only.changed.len() * WALK_SHARE >= only.slots.len()
+            && only.changed.len() * WALK_SHARE >= only.len()
             && !only.changed.is_empty()
         {
             only.changed.clear();
-            return Handover::Walk { epoch, next: 0 };
+            return Handover::Walk { epoch, shard: 0, next: 0 };
         }
         // The keys fired from or noted in one window are distinct; those of several
         // windows may repeat one.
@@ -449,7 +497,7 @@ impl<A: Serialize> FixedWindows<A> {
         for pane in &mut self.windows {
             pane.take_changed(&mut self.noted, &mut spans);
             if last {
-                pane.slots.iter_mut().for_each(|slot| slot.noted = 0);
+                pane.shards.iter_mut().flatten().for_each(|slot| slot.noted = 0);
             }
         }
         Handover::Keys(match distinct {
@@ -513,6 +561,34 @@ mod tests {
     #[test]
     fn a_slot_of_a_short_key_and_a_count_is_half_a_cache_line() {
         assert_eq!(size_of::<Slot<u64>>(), 32);
+    }
+
+    #[test]
+    fn a_window_grows_its_shards_one_after_another() {
+        let mut windows = FixedWindows::<u64>::new(100);
+        let capacities = |windows: &FixedWindows<u64>| -> Vec<usize> {
+            windows.windows[0].shards.iter().map(HashTable::capacity).collect()
+        };
+        *windows.accumulator(0, b"first") += 1;
+        // Where each shard of the capacity EARLY_FROM or more grew: the keys then open.
+        let (mut before, mut growths) = (capacities(&windows), Vec::new());
+        for i in 0..300_000u32 {
+            *windows.accumulator(0, &i.to_le_bytes()) += 1;
+            let after = capacities(&windows);
+            let grown = before.iter().zip(&after).position(|(b, a)| a != b);
+            if grown.is_some_and(|shard| before[shard] >= EARLY_FROM) {
+                growths.push(windows.open());
+            }
+            before = after;
+        }
+        assert!(growths.len() >= 2 * SHARDS, "{} growths of large shards", growths.len());
+        // Were they to grow when full, the shards would all grow within a few hundred
+        // keys of each other.
+        for (i, &at) in growths.iter().enumerate() {
+            let close = growths[..i].iter().filter(|&&earlier| at - earlier < at / 50).count();
+            assert!(close <= 1, "{} shards grew within {} keys before {at}: {growths:?}", close + 1, at / 50);
+        }
+        assert_eq!(windows.open(), 300_001);
     }
 
     #[test]
