@@ -7,7 +7,7 @@
 //! for, so starting a round clears every note at once); firing a window notes its keys.
 //! A round visits only what was noted, so its cost follows the change, and copies the
 //! keys it hands over into one buffer, not one allocation each. When a single window is
-//! open and a good share of its keys changed, a round walks its table in memory order
+//! open and a good share of its keys changed, a round walks its tables in memory order
 //! instead, taking the slots noted for it: a lookup per key is a cache miss or more.
 //! A key of up to 16 bytes lives in its slot, so finding it reads the table alone; a
 //! longer one lies in the window's key bytes, a second cache line per lookup.
@@ -113,20 +113,22 @@ const SHARDS: usize = 16;
 /// microseconds.
 const EARLY_FROM: usize = 4096;
 
-/// The shard of a key's hash: bits that neither pick the bucket within a shard (the
-/// lowest) nor make the tag compared before a key (the highest seven).
+/// The shard of a key's hash: bits hashbrown does not read for the bucket or the tag
+/// compared before a key (on wasm32 it reads the low 32 bits only; on 64-bit targets the
+/// low bucket bits and the highest seven).
 fn shard_of(hash: u64) -> usize {
     (hash >> 40) as usize % SHARDS
 }
 
-/// Grows shard `index` of a window to twice its capacity once it is (17 + index)/32
-/// full, ahead of hashbrown's own growth when full (7/8 of its buckets used): as the
-/// shards fill evenly, they grow one at a time, each about 3 % of a capacity's worth
-/// of keys after the one before.
+/// Doubles shard `index` of a window once it is (16 + index)/32 full, ahead of
+/// hashbrown's own growth when full (7/8 of its buckets used): as the shards fill
+/// evenly, they grow one at a time, each about 3 % of a capacity's worth of keys after
+/// the one before.
 fn grow_early<A>(shard: &mut HashTable<Slot<A>>, index: usize, keys: &[u8]) {
     let (len, capacity) = (shard.len(), shard.capacity());
-    if capacity >= EARLY_FROM && len * 32 >= capacity * (17 + index) {
-        shard.reserve(capacity + 1, |slot| slot.key.hash(keys));
+    if capacity >= EARLY_FROM && len * 32 >= capacity * (16 + index) {
+        // Room for twice the capacity in all: the next power of two of buckets.
+        shard.reserve(2 * capacity - len, |slot| slot.key.hash(keys));
     }
 }
 
@@ -576,7 +578,9 @@ mod tests {
             *windows.accumulator(0, &i.to_le_bytes()) += 1;
             let after = capacities(&windows);
             let grown = before.iter().zip(&after).position(|(b, a)| a != b);
-            if grown.is_some_and(|shard| before[shard] >= EARLY_FROM) {
+            if let Some(shard) = grown.filter(|&shard| before[shard] >= EARLY_FROM) {
+                // 7/8 of the buckets, twice as many.
+                assert_eq!(after[shard], 2 * before[shard], "shard {shard} doubles");
                 growths.push(windows.open());
             }
             before = after;
