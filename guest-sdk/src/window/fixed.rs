@@ -132,6 +132,15 @@ fn grow_early<A>(shard: &mut HashTable<Slot<A>>, index: usize, keys: &[u8]) {
     }
 }
 
+/// The probe's key's entry in its shard of a window (`keys` are the window's), the
+/// shard grown first if due.
+fn entry<'s, A>(shards: &'s mut [HashTable<Slot<A>>], keys: &[u8], probe: &Probe) -> Entry<'s, Slot<A>> {
+    let index = shard_of(probe.hash);
+    let shard = &mut shards[index];
+    grow_early(shard, index, keys);
+    shard.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys))
+}
+
 /// The longest key a slot holds itself.
 const INLINE: usize = 16;
 
@@ -148,8 +157,7 @@ impl SlotKey {
     fn new(probe: &Probe, keys: &mut Vec<u8>) -> Self {
         let len = u32::try_from(probe.key.len()).expect("a key stays below 4 GiB");
         let bytes = probe.padded.unwrap_or_else(|| {
-            let offset = u32::try_from(keys.len()).expect("the keys of one window stay below 4 GiB");
-            crate::bytes::append(keys, probe.key);
+            let (offset, _) = push_key(keys, probe.key);
             let mut bytes = [0u8; INLINE];
             bytes[..4].copy_from_slice(&offset.to_le_bytes());
             bytes
@@ -230,11 +238,7 @@ impl<A> Pane<A> {
             changed,
             ..
         } = self;
-        let index = shard_of(probe.hash);
-        let shard = &mut shards[index];
-        grow_early(shard, index, keys);
-        let entry = shard.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys));
-        match entry {
+        match entry(shards, keys, probe) {
             Entry::Occupied(occupied) => {
                 let slot = occupied.into_mut();
                 if slot.noted != epoch {
@@ -259,10 +263,7 @@ impl<A> Pane<A> {
     /// Adds a restored accumulator of a key new to the window, unchanged.
     fn restore(&mut self, probe: &Probe, accumulator: A) -> Result<(), Error> {
         let Pane { keys, shards, .. } = self;
-        let index = shard_of(probe.hash);
-        let shard = &mut shards[index];
-        grow_early(shard, index, keys);
-        match shard.entry(probe.hash, |slot| slot.key.is(probe, keys), |slot| slot.key.hash(keys)) {
+        match entry(shards, keys, probe) {
             Entry::Occupied(_) => Err(duplicate(probe.key)),
             Entry::Vacant(vacant) => {
                 let slot = Slot {
@@ -511,7 +512,7 @@ impl<A: Serialize> FixedWindows<A> {
 
 /// Appends `key` to `bytes`; returns where it lies.
 fn push_key(bytes: &mut Vec<u8>, key: &[u8]) -> Span {
-    let offset = u32::try_from(bytes.len()).expect("the keys of one round stay below 4 GiB");
+    let offset = u32::try_from(bytes.len()).expect("keys held back to back stay below 4 GiB");
     crate::bytes::append(bytes, key);
     (offset, key.len() as u32)
 }
