@@ -667,13 +667,17 @@ fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
 }
 /// A slot a deletion of the state_dir left half gone (its files without a CURRENT, the
 /// lock files gone) while another process's RocksDB still writes into it: a claim that
-/// finds files appearing as it deletes the slot leaves the slot to that process and goes
-/// on to the next one, where it used to stop with "Directory not empty". (Whether the
-/// deletion meets a new file is a race: a deletion that wins takes the slot, also right.)
+/// finds files appearing as it waits for the deletion or deletes the slot leaves the slot
+/// to that process and goes on to the next one, where it used to stop with "Directory not
+/// empty", and once chased a writer through millions of files. (Whether the deletion
+/// meets a new file is a race: a deletion that wins takes the slot, also right.)
 #[test]
 fn a_slot_another_process_still_writes_into_is_left_to_it() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use weir::checkpoint::state_dir::StateDir;
+    // Far more files than a claim lists before it gives the slot up; a claim that chases
+    // the writer's files (or waits the whole deletion wait out) lets it reach the bound.
+    const MAX_WRITTEN: u64 = 100_000;
     let tmp = temp_dir();
     let shared = tmp.path().join("shared");
     let slot = shared.join("process-0");
@@ -686,8 +690,8 @@ fn a_slot_another_process_still_writes_into_is_left_to_it() {
         // no more (RocksDB does not create its directory again).
         std::thread::spawn(move || {
             let mut written = 0u64;
-            for n in 13u64.. {
-                if stop.load(Ordering::Relaxed) || std::fs::write(slot.join(format!("{n:06}.log")), b"x").is_err() {
+            while written < MAX_WRITTEN && !stop.load(Ordering::Relaxed) {
+                if std::fs::write(slot.join(format!("{:06}.log", 13 + written)), b"x").is_err() {
                     break;
                 }
                 written += 1;
@@ -700,6 +704,7 @@ fn a_slot_another_process_still_writes_into_is_left_to_it() {
     let written = writer.join().expect("writer thread");
     let claimed = claimed.expect("a slot is claimed");
     assert!(written > 0, "the writer wrote nothing");
+    assert!(written < MAX_WRITTEN, "the claim let another process write {written} files into a slot before it gave the slot up");
     if claimed == shared.join("process-1") {
         assert!(slot.exists(), "the other process's slot is left to it");
     } else {

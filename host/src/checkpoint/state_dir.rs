@@ -85,13 +85,21 @@ impl StateDir {
 /// How long a directory whose deletion is under way may take to go.
 const DELETION_WAIT: Duration = Duration::from_secs(5);
 
-/// Waits (at most `DELETION_WAIT`) while `dir` holds files but no store: what a
-/// deletion still running leaves. What is left then, `CheckpointStore::open` judges.
+/// Waits (at most `DELETION_WAIT`) while `dir` holds files but no store and loses
+/// them: what a deletion still running leaves. A directory that gains a file meanwhile is
+/// not going: another process writes into it, and waiting would only let it fill. What
+/// is left then, `CheckpointStore::open` judges.
 fn wait_while_deleted(dir: &Path) {
     let deadline = Instant::now() + DELETION_WAIT;
     let half_gone = || !dir.join("CURRENT").exists() && std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    let mut seen = listing(dir);
     while half_gone() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
+        let now = listing(dir);
+        if now.iter().any(|name| !seen.contains(name)) {
+            return;
+        }
+        seen = now;
     }
 }
 
@@ -165,18 +173,27 @@ fn clear_debris(dir: &Path, debris: Debris) -> Result<(), StoreError> {
     delete_slot(dir)
 }
 
-/// Deletes a scaled-out process's slot. Files that appear in it while it goes are
-/// another live process's writes: one whose lock files a deletion of the state_dir took,
-/// and whose RocksDB still works in the slot. The slot is that process's: `Locked`.
+/// Deletes a scaled-out process's slot: the files it holds now, then the directory.
+/// Files that appear in it meanwhile are another live process's writes (one whose lock
+/// files a deletion of the state_dir took, and whose RocksDB still works in the slot):
+/// the slot is that process's, `Locked`. The files deleted are those listed once, so a
+/// slot that keeps filling costs one listing, never a chase.
 fn delete_slot(dir: &Path) -> Result<(), StoreError> {
-    match std::fs::remove_dir_all(dir) {
+    let failed = |source| StoreError::CreateDir { dir: dir.to_owned(), source };
+    for name in listing(dir) {
+        match std::fs::remove_file(dir.join(&name)) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(failed(error)),
+            _ => {}
+        }
+    }
+    match std::fs::remove_dir(dir) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty => Err(StoreError::Locked {
             dir: dir.to_owned(),
             detail: "files appeared in it while it was deleted: another live process's RocksDB writes into it".to_owned(),
         }),
-        Err(source) => Err(StoreError::CreateDir { dir: dir.to_owned(), source }),
+        Err(source) => Err(failed(source)),
     }
 }
 
