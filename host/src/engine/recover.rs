@@ -847,6 +847,8 @@ fn instances(
     let mut stages = Vec::with_capacity(job.operators.len());
     let restoring = !matches!(restore, Restore::Fresh);
     let running = restoring.then(|| progress::begin("restoring keyed state into the operators", "key groups"));
+    // Restored tables fill fresh memory faster in small pages (operator/linear.rs).
+    let _small_pages: Option<Vec<_>> = restoring.then(|| plugins.iter().map(Plugin::restoring).collect());
     if let Some(running) = &running {
         let keyed = job.operators.iter().filter(|spec| spec.key_by).count() as u64;
         running.work().add_total(keyed * u64::from(key_groups.count()));

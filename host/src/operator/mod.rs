@@ -28,4 +28,5 @@ pub use ports::{Emitted, MAX_OUTPUTS, Ports};
 pub use plugin::{Compiled, DEFAULT_COMPILE_TIMEOUT, LoadLimits, Plugin, PluginInfo};
 pub use stdio::LogLimits;
 pub use cache::CacheError;
+pub use linear::Restoring;
 pub use runtime::{Runtime, RuntimeConfig, RuntimeError};

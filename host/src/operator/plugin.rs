@@ -163,6 +163,12 @@ impl Plugin {
         &self.inner.info.path
     }
 
+    /// Marks a restore under way in the plugin's runtime until the guard drops:
+    /// [`Runtime::restoring`].
+    pub fn restoring(&self) -> super::Restoring {
+        self.inner.runtime.restoring()
+    }
+
     pub(super) fn runtime(&self) -> &Runtime {
         &self.inner.runtime
     }

@@ -12,7 +12,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, OptLevel};
 
 use super::cache::{CacheError, CompiledCache};
-use super::linear::HugePages;
+use super::linear::{HugePages, Restoring};
 use super::sandbox::{self, HostState};
 
 /// How the runtime is set up; [`RuntimeConfig::default`] suits production.
@@ -78,6 +78,8 @@ pub struct Runtime {
 
 struct Inner {
     engine: Engine,
+    /// Where every memory of the engine comes from.
+    pages: Arc<HugePages>,
     linker: Linker<HostState>,
     cache: Option<CompiledCache>,
     epoch_tick: Duration,
@@ -106,7 +108,9 @@ impl Runtime {
         // of 10 M keys costs 12 % less CPU a record. Their initial image is then copied in
         // rather than mapped copy-on-write, which only a large guest notices (a Python
         // component's 13 MiB: instantiation 0.9 -> 4.8 ms, about 20 MiB more RSS).
-        wasm.with_host_memory(Arc::new(HugePages));
+        // While a restore runs they grow in small pages, which a restore fills faster.
+        let pages = Arc::new(HugePages::default());
+        wasm.with_host_memory(Arc::clone(&pages) as Arc<dyn wasmtime::MemoryCreator>);
         wasm.memory_init_cow(false);
         if config.perf_map {
             wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
@@ -118,12 +122,19 @@ impl Runtime {
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,
+                pages,
                 linker,
                 cache,
                 epoch_tick: config.epoch_tick,
                 ticker: Some(ticker),
             }),
         })
+    }
+
+    /// Marks a restore under way until the guard returned drops: meanwhile, memories
+    /// grow in small pages (`linear.rs`).
+    pub fn restoring(&self) -> Restoring {
+        self.inner.pages.restoring()
     }
 
     /// Where compiled plugins are cached, if anywhere.
