@@ -85,11 +85,19 @@ impl StateDir {
 /// How long a directory whose deletion is under way may take to go.
 const DELETION_WAIT: Duration = Duration::from_secs(5);
 
+/// What [`wait_while_deleted`] saw.
+#[derive(PartialEq)]
+enum Settled {
+    /// Nothing more to wait for: a store, no files, or the wait ran out.
+    Quiet,
+    /// A file appeared: another process writes into the directory.
+    Written,
+}
+
 /// Waits (at most `DELETION_WAIT`) while `dir` holds files but no store and loses
 /// them: what a deletion still running leaves. A directory that gains a file meanwhile is
-/// not going: another process writes into it, and waiting would only let it fill. What
-/// is left then, `CheckpointStore::open` judges.
-fn wait_while_deleted(dir: &Path) {
+/// not going: another process writes into it, and waiting would only let it fill.
+fn wait_while_deleted(dir: &Path) -> Settled {
     let deadline = Instant::now() + DELETION_WAIT;
     let half_gone = || !dir.join("CURRENT").exists() && std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
     let mut seen = listing(dir);
@@ -97,10 +105,11 @@ fn wait_while_deleted(dir: &Path) {
         std::thread::sleep(Duration::from_millis(50));
         let now = listing(dir);
         if now.iter().any(|name| !seen.contains(name)) {
-            return;
+            return Settled::Written;
         }
         seen = now;
     }
+    Settled::Quiet
 }
 
 /// What to do with the files a deletion of a store left behind when RocksDB wrote
@@ -130,7 +139,13 @@ enum Debris {
 fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore, StoreError> {
     let deadline = Instant::now() + DELETION_WAIT;
     loop {
-        wait_while_deleted(dir);
+        let settled = wait_while_deleted(dir);
+        // A slot whose store lost its CURRENT or MANIFEST and still gains files is
+        // another live process's (one whose lock files a deletion of the state_dir
+        // took): it is left to it, its files untouched.
+        if settled == Settled::Written && debris == Debris::Clear && only_rocksdb(dir) && lost_its_manifest(dir) {
+            return Err(written_into(dir, "while its store's CURRENT or MANIFEST was gone"));
+        }
         if debris != Debris::Refuse {
             clear_debris(dir, debris)?;
         }
@@ -173,15 +188,25 @@ fn clear_debris(dir: &Path, debris: Debris) -> Result<(), StoreError> {
     delete_slot(dir)
 }
 
-/// Deletes a scaled-out process's slot: the files it holds now, then the directory.
-/// Files that appear in it meanwhile are another live process's writes (one whose lock
-/// files a deletion of the state_dir took, and whose RocksDB still works in the slot):
-/// the slot is that process's, `Locked`. The files deleted are those listed once, so a
-/// slot that keeps filling costs one listing, never a chase.
+/// Deletes a scaled-out process's slot: the files one listing names, then the
+/// directory. Files that appear after that listing are another live process's writes
+/// (one whose lock files a deletion of the state_dir took, and whose RocksDB still works
+/// in the slot): the slot is that process's, `Locked`. A slot that keeps filling costs
+/// one listing, never a chase.
 fn delete_slot(dir: &Path) -> Result<(), StoreError> {
-    let failed = |source| StoreError::CreateDir { dir: dir.to_owned(), source };
-    for name in listing(dir) {
-        match std::fs::remove_file(dir.join(&name)) {
+    let failed = |source| StoreError::ClearSlot { dir: dir.to_owned(), source };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(failed(error)),
+    };
+    let paths: Vec<PathBuf> = entries.map(|entry| entry.map(|entry| entry.path())).collect::<Result<_, _>>().map_err(failed)?;
+    for path in paths {
+        let removed = match std::fs::remove_file(&path) {
+            Err(error) if error.kind() == std::io::ErrorKind::IsADirectory => std::fs::remove_dir_all(&path),
+            removed => removed,
+        };
+        match removed {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(failed(error)),
             _ => {}
         }
@@ -189,12 +214,15 @@ fn delete_slot(dir: &Path) -> Result<(), StoreError> {
     match std::fs::remove_dir(dir) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty => Err(StoreError::Locked {
-            dir: dir.to_owned(),
-            detail: "files appeared in it while it was deleted: another live process's RocksDB writes into it".to_owned(),
-        }),
+        Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty => Err(written_into(dir, "while it was deleted")),
         Err(source) => Err(failed(source)),
     }
+}
+
+/// `dir` gained files `when`: another live process's RocksDB writes into it.
+fn written_into(dir: &Path, when: &str) -> StoreError {
+    let detail = format!("files appeared in it {when}: another live process's RocksDB writes into it");
+    StoreError::Locked { dir: dir.to_owned(), detail }
 }
 
 /// Renames `dir` to a new name beside it; if that fails, leaves it for

@@ -140,6 +140,16 @@ pub enum StoreError {
     },
 
     #[error(
+        "cannot delete {dir}, which holds what a deletion of a scaled-out process's checkpoint store \
+         left: {source}; delete it by hand, or make it writable by weir",
+        dir = .dir.display()
+    )]
+    ClearSlot {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+
+    #[error(
         "{max} processes of job `{job}` already run with state_dir {dir}; give this one another state_dir",
         dir = .dir.display(), job = .job
     )]

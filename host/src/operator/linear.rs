@@ -7,13 +7,12 @@
 //! machine that hands free memory back to its host, a GiB took 0.15-11.8 s to touch in
 //! huge pages against 0.4-0.5 s in small ones, and a restore that fills a GiB of tables
 //! at once waited seconds on it. So while a restore runs ([`Restoring`]) memories grow in
-//! small pages; each is advised at its first growth after, so that what grows from then
-//! on is in huge pages (and the kernel may gather the rest in the background).
+//! small pages; when the last restore ends they are advised, so that what grows from then
+//! on is in huge pages (and the kernel may gather the restored pages in the background).
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use wasmtime::{LinearMemory, MemoryCreator, MemoryType};
 
@@ -24,28 +23,56 @@ const DEFAULT_RESERVATION: usize = 4 << 30;
 /// Makes every linear memory of the engine a [`HugeMemory`].
 #[derive(Default)]
 pub(super) struct HugePages {
+    advice: Arc<Mutex<Advice>>,
+}
+
+/// Which memories wait for the restores under way to end before they are advised.
+#[derive(Default)]
+struct Advice {
     /// Restores under way in the engine's process.
-    restores: Arc<AtomicUsize>,
+    restores: usize,
+    /// `(base, reservation)` of each memory made or grown while one ran.
+    waiting: Vec<(usize, usize)>,
 }
 
 impl HugePages {
     /// Marks a restore under way until the guard returned drops.
     pub(super) fn restoring(&self) -> Restoring {
-        self.restores.fetch_add(1, Ordering::AcqRel);
-        Restoring { restores: Arc::clone(&self.restores) }
+        lock(&self.advice).restores += 1;
+        Restoring { advice: Arc::clone(&self.advice) }
     }
 }
 
-/// While one lives, memories that have not been advised for huge pages yet grow in small
-/// pages: a restore fills its tables with them faster.
+/// While one lives, memories not advised for huge pages yet grow in small pages: a
+/// restore fills its tables faster in them. The last to drop advises those memories.
 pub struct Restoring {
-    restores: Arc<AtomicUsize>,
+    advice: Arc<Mutex<Advice>>,
 }
 
 impl Drop for Restoring {
     fn drop(&mut self) {
-        self.restores.fetch_sub(1, Ordering::AcqRel);
+        let mut advice = lock(&self.advice);
+        advice.restores -= 1;
+        if advice.restores == 0 {
+            // Each is still mapped: a memory leaves the list, under this lock, before
+            // it is unmapped.
+            for (base, reservation) in advice.waiting.drain(..) {
+                advise(base as *mut u8, reservation);
+            }
+        }
     }
+}
+
+fn lock(advice: &Mutex<Advice>) -> MutexGuard<'_, Advice> {
+    advice.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Advises `len` bytes from `base`, a range of a live mapping, for huge pages. Advice
+/// only: without transparent huge pages (or with them set to `never`) the memory works
+/// in small pages.
+fn advise(base: *mut u8, len: usize) {
+    // SAFETY: madvise changes no contents; the caller's range is mapped.
+    unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
 }
 
 // SAFETY: each memory is a fresh zeroed mapping of the reservation wasmtime asks for
@@ -62,7 +89,7 @@ unsafe impl MemoryCreator for HugePages {
         let reservation = reserved_size_in_bytes
             .unwrap_or_else(|| maximum.unwrap_or(DEFAULT_RESERVATION).min(DEFAULT_RESERVATION))
             .max(minimum);
-        HugeMemory::new(minimum, reservation, guard_size_in_bytes, Arc::clone(&self.restores))
+        HugeMemory::new(minimum, reservation, guard_size_in_bytes, Arc::clone(&self.advice))
             .map(|memory| Box::new(memory) as Box<dyn LinearMemory>)
             .map_err(|err| format!("reserving {reservation} bytes of linear memory: {err}"))
     }
@@ -77,9 +104,10 @@ struct HugeMemory {
     accessible: usize,
     reservation: usize,
     mapped: usize,
-    /// Whether the reservation is advised for huge pages (not while a restore runs).
+    /// Whether this memory advised its reservation for huge pages (it waits while a
+    /// restore runs).
     advised: bool,
-    restores: Arc<AtomicUsize>,
+    advice: Arc<Mutex<Advice>>,
 }
 
 // SAFETY: the mapping is owned by this value alone, like a `Vec`'s buffer.
@@ -88,7 +116,7 @@ unsafe impl Send for HugeMemory {}
 unsafe impl Sync for HugeMemory {}
 
 impl HugeMemory {
-    fn new(size: usize, reservation: usize, guard: usize, restores: Arc<AtomicUsize>) -> io::Result<Self> {
+    fn new(size: usize, reservation: usize, guard: usize, advice: Arc<Mutex<Advice>>) -> io::Result<Self> {
         let mapped = reservation
             .checked_add(guard)
             .ok_or_else(|| io::Error::other("reservation plus guard overflows"))?;
@@ -113,21 +141,27 @@ impl HugeMemory {
             reservation,
             mapped,
             advised: false,
-            restores,
+            advice,
         };
         memory.grow_to(size).map_err(io::Error::other)?;
         Ok(memory)
     }
 
-    /// Advises the whole reservation for huge pages, unless a restore runs. Advice only:
-    /// without transparent huge pages (or with them set to `never`) the memory works in
-    /// small pages.
+    /// Advises the whole reservation for huge pages, or, while a restore runs, leaves
+    /// that to its end.
     fn advise_huge_pages(&mut self) {
-        if self.advised || self.restores.load(Ordering::Acquire) > 0 {
+        if self.advised {
             return;
         }
-        // SAFETY: the range is this mapping's reservation.
-        unsafe { libc::madvise(self.base.as_ptr().cast(), self.reservation, libc::MADV_HUGEPAGE) };
+        let mut advice = lock(&self.advice);
+        let entry = (self.base.as_ptr() as usize, self.reservation);
+        if advice.restores > 0 {
+            if !advice.waiting.contains(&entry) {
+                advice.waiting.push(entry);
+            }
+            return;
+        }
+        advise(self.base.as_ptr(), self.reservation);
         self.advised = true;
     }
 }
@@ -174,6 +208,10 @@ unsafe impl LinearMemory for HugeMemory {
 
 impl Drop for HugeMemory {
     fn drop(&mut self) {
+        // Out of the waiting list first, so that the end of a restore never advises an
+        // unmapped range.
+        let base = self.base.as_ptr() as usize;
+        lock(&self.advice).waiting.retain(|&(waiting, _)| waiting != base);
         // SAFETY: the whole mapping made in `new`; wasmtime holds no pointer into it now.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped) };
     }
@@ -242,24 +280,41 @@ mod tests {
     }
 
     /// While a restore runs, a memory is not advised for huge pages, neither when made
-    /// nor when it grows; its first growth after advises it, and a memory made after is
-    /// advised at once.
+    /// nor when it grows; the end of the last restore advises it, and a memory made after
+    /// is advised at once. One dropped meanwhile is not touched.
     #[test]
     fn memories_grow_in_small_pages_while_a_restore_runs() {
-        // A kernel built without transparent huge pages refuses the advice.
-        let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists();
+        let thp = kernel_takes_huge_page_advice();
         let pages = HugePages::default();
-        let restoring = pages.restoring();
-        let mut restored = HugeMemory::new(65536, 1 << 24, 0, Arc::clone(&pages.restores)).unwrap();
+        let memory = || HugeMemory::new(65536, 1 << 24, 0, Arc::clone(&pages.advice)).unwrap();
+        let first = pages.restoring();
+        let second = pages.restoring();
+        let mut restored = memory();
         assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(false));
         restored.grow_to(2 << 20).unwrap();
-        assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(false), "grown during the restore");
-        drop(restoring);
-        assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(false), "not grown since");
+        drop(memory());
+        assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(false), "grown during the restores");
+        drop(first);
+        assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(false), "one restore still runs");
+        drop(second);
+        assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(thp), "the last restore ended");
         restored.grow_to(4 << 20).unwrap();
-        assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(thp), "grown after the restore");
-        let fresh = HugeMemory::new(65536, 1 << 24, 0, Arc::clone(&pages.restores)).unwrap();
-        assert_eq!(advised_for_huge_pages(fresh.as_ptr()), Some(thp));
+        assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(thp));
+        assert_eq!(advised_for_huge_pages(memory().as_ptr()), Some(thp), "made after the restores");
+    }
+
+    /// Whether this kernel takes huge-page advice (one built without transparent huge
+    /// pages refuses it).
+    fn kernel_takes_huge_page_advice() -> bool {
+        const LEN: usize = 2 << 20;
+        // SAFETY: a new private anonymous mapping, advised and unmapped here.
+        unsafe {
+            let scratch = libc::mmap(std::ptr::null_mut(), LEN, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            assert_ne!(scratch, libc::MAP_FAILED);
+            let taken = libc::madvise(scratch, LEN, libc::MADV_HUGEPAGE) == 0;
+            libc::munmap(scratch, LEN);
+            taken
+        }
     }
 
     /// Whether the mapping holding `address` is advised for huge pages (its `hg` flag in

@@ -105,7 +105,7 @@ impl Runtime {
         wasm.cranelift_opt_level(OptLevel::Speed);
         wasm.parallel_compilation(true);
         // Linear memories in transparent huge pages (`linear.rs`): a keyed window's table
-        // of 10 M keys costs 12 % less CPU a record. Their initial image is then copied in
+        // of 10 M keys cost 12 % less CPU a record (before its keys moved into its slots). Their initial image is then copied in
         // rather than mapped copy-on-write, which only a large guest notices (a Python
         // component's 13 MiB: instantiation 0.9 -> 4.8 ms, about 20 MiB more RSS).
         // While a restore runs they grow in small pages, which a restore fills faster.
