@@ -667,10 +667,9 @@ fn what_an_interrupted_deletion_leaves_of_a_slot_is_cleared() {
 }
 /// A slot a deletion of the state_dir left half gone (its files without a CURRENT, the
 /// lock files gone) while another process's RocksDB still writes into it: a claim that
-/// finds files appearing as it waits for the deletion or deletes the slot leaves the slot
-/// to that process and goes on to the next one, where it used to stop with "Directory not
-/// empty", and once chased a writer through millions of files. (Whether the deletion
-/// meets a new file is a race: a deletion that wins takes the slot, also right.)
+/// sees files appear while it waits for the deletion to finish leaves the slot and its
+/// files to that process and goes on to the next one. It used to stop with "Directory
+/// not empty", and once chased a writer through millions of files.
 #[test]
 fn a_slot_another_process_still_writes_into_is_left_to_it() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -705,11 +704,24 @@ fn a_slot_another_process_still_writes_into_is_left_to_it() {
     let claimed = claimed.expect("a slot is claimed");
     assert!(written > 0, "the writer wrote nothing");
     assert!(written < MAX_WRITTEN, "the claim let another process write {written} files into a slot before it gave the slot up");
-    if claimed == shared.join("process-1") {
-        assert!(slot.exists(), "the other process's slot is left to it");
-    } else {
-        assert_eq!(claimed, slot, "the deletion won the race and the slot is claimed");
-    }
+    assert_eq!(claimed, shared.join("process-1"), "the slot another process writes into is left to it");
+    assert!(slot.join("000012.log").exists(), "its files are left as they are");
+}
+
+/// What a deletion of a scaled-out process's store left, a subdirectory among its files,
+/// is deleted whole and the slot claimed.
+#[test]
+fn a_slot_a_deletion_left_is_cleared_with_its_subdirectories() {
+    use weir::checkpoint::state_dir::StateDir;
+    let tmp = temp_dir();
+    let shared = tmp.path().join("shared");
+    let slot = shared.join("process-0");
+    std::fs::create_dir_all(slot.join("000013.sst")).unwrap();
+    std::fs::write(slot.join("000013.sst").join("inside"), b"x").unwrap();
+    std::fs::write(slot.join("000012.log"), b"x").unwrap();
+    let (claimed, _store) = StateDir::claim(&shared, JOB, true).expect("the slot is cleared and claimed");
+    assert_eq!(claimed.store_dir(), slot);
+    assert!(!slot.join("000012.log").exists() && !slot.join("000013.sst").exists());
 }
 
 #[test]

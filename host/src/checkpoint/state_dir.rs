@@ -135,7 +135,9 @@ enum Debris {
 /// the state_dir while this process starts or reopens it): while `dir` holds files but
 /// no store, or after an open that failed while files vanished from it, it waits and
 /// tries again, for at most `DELETION_WAIT`. What is left then is cleared (`debris`)
-/// if it is only RocksDB's files, or else `CheckpointStore::open` judges it.
+/// if it is only RocksDB's files, or else `CheckpointStore::open` judges it. A slot
+/// (`Debris::Clear`) that gains files while its store's CURRENT or MANIFEST is gone is
+/// another live process's: `Locked`, its files left as they are.
 fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore, StoreError> {
     let deadline = Instant::now() + DELETION_WAIT;
     loop {
@@ -188,7 +190,7 @@ fn clear_debris(dir: &Path, debris: Debris) -> Result<(), StoreError> {
     delete_slot(dir)
 }
 
-/// Deletes a scaled-out process's slot: the files one listing names, then the
+/// Deletes a scaled-out process's slot: the entries one listing names, then the
 /// directory. Files that appear after that listing are another live process's writes
 /// (one whose lock files a deletion of the state_dir took, and whose RocksDB still works
 /// in the slot): the slot is that process's, `Locked`. A slot that keeps filling costs

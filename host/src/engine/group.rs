@@ -248,11 +248,17 @@ impl<'a> Shares<'a> {
 /// What the attempt a stop ended leaves the process with. One the group moved on from
 /// while it committed its final checkpoint (fenced, or its membership gone) ends the
 /// process as cleanly as a commit: what it had not committed is read again by whoever
-/// owns its partitions now, from their last committed checkpoint.
+/// owns its partitions now, from their last committed checkpoint. So does any end of
+/// an attempt that had lost its partitions (`abandoned`): after a pause its clients
+/// may find every broker connection gone before the stop is through.
 fn last_outcome(outcome: Result<Outcome, TaskFailure>, abandoned: bool) -> Result<Stopped, TaskFailure> {
     match outcome {
         Ok(_) => Ok(Stopped::Committed),
         Err(TaskFailure::Stopped) if abandoned => Ok(Stopped::Handed),
+        Err(failure) if abandoned => {
+            tracing::warn!("{failure}; this process had lost its partitions: stopping without a final checkpoint");
+            Ok(Stopped::Handed)
+        }
         Err(failure @ (TaskFailure::Fenced(_) | TaskFailure::LeftGroup(_))) => {
             tracing::warn!("{failure}; stopping without a final checkpoint: its partitions go on from the last committed one");
             Ok(Stopped::Handed)

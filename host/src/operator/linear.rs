@@ -104,8 +104,9 @@ struct HugeMemory {
     accessible: usize,
     reservation: usize,
     mapped: usize,
-    /// Whether this memory advised its reservation for huge pages (it waits while a
-    /// restore runs).
+    /// Whether this memory advised its reservation for huge pages itself: it waits while
+    /// a restore runs, and one advised by the restore's end advises once more at its
+    /// next growth (the advice is the same).
     advised: bool,
     advice: Arc<Mutex<Advice>>,
 }
@@ -208,10 +209,12 @@ unsafe impl LinearMemory for HugeMemory {
 
 impl Drop for HugeMemory {
     fn drop(&mut self) {
-        // Out of the waiting list first, so that the end of a restore never advises an
-        // unmapped range.
-        let base = self.base.as_ptr() as usize;
-        lock(&self.advice).waiting.retain(|&(waiting, _)| waiting != base);
+        // Out of the waiting list first (one that advised itself never waits), so that
+        // the end of a restore never advises an unmapped range.
+        if !self.advised {
+            let base = self.base.as_ptr() as usize;
+            lock(&self.advice).waiting.retain(|&(waiting, _)| waiting != base);
+        }
         // SAFETY: the whole mapping made in `new`; wasmtime holds no pointer into it now.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped) };
     }
@@ -293,11 +296,13 @@ mod tests {
         assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(false));
         restored.grow_to(2 << 20).unwrap();
         drop(memory());
+        assert_eq!(lock(&pages.advice).waiting.len(), 1, "a memory dropped leaves the list");
         assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(false), "grown during the restores");
         drop(first);
         assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(false), "one restore still runs");
         drop(second);
         assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(thp), "the last restore ended");
+        assert!(lock(&pages.advice).waiting.is_empty());
         restored.grow_to(4 << 20).unwrap();
         assert_eq!(advised_for_huge_pages(restored.as_ptr()), Some(thp));
         assert_eq!(advised_for_huge_pages(memory().as_ptr()), Some(thp), "made after the restores");
