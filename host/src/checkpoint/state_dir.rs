@@ -4,6 +4,8 @@
 //! was deleted under the running process, is opened anew; a vanished directory comes
 //! back empty, and recovery rebuilds it from the changelog as on a new machine.
 
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -99,9 +101,9 @@ enum Settled {
 /// not going: another process writes into it, and waiting would only let it fill.
 fn wait_while_deleted(dir: &Path) -> Settled {
     let deadline = Instant::now() + DELETION_WAIT;
-    let half_gone = || !dir.join("CURRENT").exists() && std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    let half_gone = |names: &BTreeSet<OsString>| !names.is_empty() && !names.contains(OsStr::new("CURRENT"));
     let mut seen = listing(dir);
-    while half_gone() && Instant::now() < deadline {
+    while half_gone(&seen) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
         let now = listing(dir);
         if now.iter().any(|name| !seen.contains(name)) {
@@ -142,14 +144,8 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
     let deadline = Instant::now() + DELETION_WAIT;
     loop {
         let settled = wait_while_deleted(dir);
-        // A slot whose store lost its CURRENT or MANIFEST and still gains files is
-        // another live process's (one whose lock files a deletion of the state_dir
-        // took): it is left to it, its files untouched.
-        if settled == Settled::Written && debris == Debris::Clear && only_rocksdb(dir) && lost_its_manifest(dir) {
-            return Err(written_into(dir, "while its store's CURRENT or MANIFEST was gone"));
-        }
         if debris != Debris::Refuse {
-            clear_debris(dir, debris)?;
+            clear_debris(dir, debris, settled)?;
         }
         let before = listing(dir);
         match CheckpointStore::open(dir, job) {
@@ -173,14 +169,19 @@ fn open_settled(dir: &Path, job: &str, debris: Debris) -> Result<CheckpointStore
 /// Deletes `dir`, or moves it aside (`debris`), if it holds only RocksDB's files and no
 /// CURRENT, or a CURRENT naming a MANIFEST that is gone: what is left of a store whose
 /// deletion was interrupted, which no RocksDB can open. One another live process still
-/// has open (its RocksDB holds the LOCK file) is that process's: `Locked`.
-fn clear_debris(dir: &Path, debris: Debris) -> Result<(), StoreError> {
+/// has open (its RocksDB holds the LOCK file) is that process's: `Locked`; so is a slot
+/// (`Debris::Clear`) that gained files while it was waited on (`settled`), one whose
+/// lock files a deletion of the state_dir took: its files are left as they are.
+fn clear_debris(dir: &Path, debris: Debris, settled: Settled) -> Result<(), StoreError> {
     if listing(dir).is_empty() || !only_rocksdb(dir) || !lost_its_manifest(dir) {
         return Ok(());
     }
     if lock_held_elsewhere(&dir.join("LOCK")) {
         let detail = "another live process's RocksDB holds it, though its CURRENT file, or the MANIFEST that file names, is gone".to_owned();
         return Err(StoreError::Locked { dir: dir.to_owned(), detail });
+    }
+    if settled == Settled::Written && debris == Debris::Clear {
+        return Err(written_into(dir, "while its store's CURRENT or MANIFEST was gone"));
     }
     let left = "holds what a deletion of its checkpoint store left (RocksDB's files without the CURRENT or MANIFEST that names them)";
     if debris == Debris::SetAside {
@@ -286,13 +287,13 @@ fn is_rocksdb_file(name: &std::ffi::OsStr) -> bool {
 }
 
 /// Whether a name of `before` is no longer in `dir` (RocksDB's open only adds files).
-fn vanished(before: &std::collections::BTreeSet<std::ffi::OsString>, dir: &Path) -> bool {
+fn vanished(before: &BTreeSet<OsString>, dir: &Path) -> bool {
     let now = listing(dir);
     before.iter().any(|name| !now.contains(name))
 }
 
 /// The names in `dir` (none if it cannot be read).
-fn listing(dir: &Path) -> std::collections::BTreeSet<std::ffi::OsString> {
+fn listing(dir: &Path) -> BTreeSet<OsString> {
     let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
     entries.map(|entry| entry.file_name()).collect()
 }

@@ -105,10 +105,11 @@ impl Runtime {
         wasm.cranelift_opt_level(OptLevel::Speed);
         wasm.parallel_compilation(true);
         // Linear memories in transparent huge pages (`linear.rs`): a keyed window's table
-        // of 10 M keys cost 12 % less CPU a record (before its keys moved into its slots). Their initial image is then copied in
-        // rather than mapped copy-on-write, which only a large guest notices (a Python
-        // component's 13 MiB: instantiation 0.9 -> 4.8 ms, about 20 MiB more RSS).
-        // While a restore runs they grow in small pages, which a restore fills faster.
+        // of 10 M keys cost 12 % less CPU a record (before its keys moved into its
+        // slots). Their initial image is then copied in rather than mapped copy-on-write,
+        // which only a large guest notices (a Python component's 13 MiB: instantiation
+        // 0.9 -> 4.8 ms, about 20 MiB more RSS). While a restore runs they grow in small
+        // pages, which a restore fills faster.
         let pages = Arc::new(HugePages::default());
         wasm.with_host_memory(Arc::clone(&pages) as Arc<dyn wasmtime::MemoryCreator>);
         wasm.memory_init_cow(false);
