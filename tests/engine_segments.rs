@@ -254,6 +254,31 @@ fn checkpoints_that_do_not_wait_for_a_slow_folder_survive_kills_and_stops() {
     assert!(joined >= Some(3), "no fold held three checkpoints or more ({joined:?}):\n{text}");
 }
 
+/// A folder far slower than the checkpoints: a base of checkpoint N reads N-1's state
+/// from the store, which is never there at a barrier, so bases waited for good and
+/// segments piled up. Once a group's base is overdue, the barrier waits for the folder,
+/// and bases come while the job runs; the output stays exact.
+#[test]
+fn bases_come_behind_a_folder_slower_than_the_checkpoints() {
+    // Each write of the folder takes 300 ms more; checkpoints come every 100 ms.
+    const SLOW_FOLD: (&str, &str) = ("WEIR_FAULT", "slow-fold:300");
+    let job = job::job_dir("seg-behind");
+    topics(&job);
+    job.window_count(2, 100, WINDOW_MS as u64, "");
+    let producer = produce_steady(&job.input, Clicks::new(47, PARTITIONS, KEYS), 5_000, 20);
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[SLOW_FOLD]);
+    let (_, input) = producer.join().expect("producer thread");
+    let status = job::terminate(&mut child, Duration::from_secs(60));
+    let text = job::read_log(&log);
+    assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{text}");
+    // An attempt's first checkpoint may always write bases: the store holds all before it.
+    let first = text.lines().find(|line| line.contains("checkpoint committed")).unwrap_or_default();
+    let later = bases_written(&text) - bases_written(first);
+    assert!(later > 0, "no checkpoint but the first wrote a base behind the slow folder:\n{text}");
+    finish_and_compare_with(&job, &input, &log, &[SLOW_FOLD]);
+}
+
 /// The number of records a read of the whole topic returns.
 fn records_in(topic: &str, partitions: i32) -> usize {
     support::read_to_end(topic, partitions, Isolation::ReadUncommitted).len()

@@ -39,6 +39,11 @@ const CATCH_UP_POLL: Duration = Duration::from_millis(5);
 /// An early checkpoint starts at least this share of the interval after the last one
 /// (1 in `EARLY_SHARE`): checkpoints come at most this many times as often.
 const EARLY_SHARE: u32 = 4;
+/// How long a barrier waits at most for the folder while an overdue base waits for it:
+/// a fold's write and the one before it, even at 10 M keys.
+const BASE_FOLD_WAIT: Duration = Duration::from_secs(2);
+/// How often the coordinator looks whether the folder got there meanwhile.
+const BASE_FOLD_POLL: Duration = Duration::from_millis(2);
 
 pub(super) struct Coordinator<'a> {
     pub(super) store: &'a CheckpointStore,
@@ -63,6 +68,10 @@ pub(super) struct Coordinator<'a> {
     pub(super) folded: Option<Receiver<u64>>,
     /// The checkpoint handed to the folder and not yet folded, when checkpoints wait.
     pub(super) fold_in_flight: Option<u64>,
+    /// The last checkpoint the folder has written into the store.
+    pub(super) fold_through: &'a AtomicU64,
+    /// Set by a subtask whose overdue base waits for the folder (see `await_base_fold`).
+    pub(super) base_waits: &'a AtomicBool,
     /// Reads where the changelog's partitions end.
     pub(super) changelog_ends: changelog::Ends,
     /// Which changelog partition holds each key group.
@@ -172,6 +181,7 @@ impl Coordinator<'_> {
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         let started = Instant::now();
         self.await_fold()?;
+        self.await_base_fold(n)?;
         // A state_dir deleted under the job: the store would fail at its next new file,
         // and every checkpoint folded meanwhile would be lost with it.
         self.store.check_present()?;
@@ -325,6 +335,31 @@ impl Coordinator<'_> {
                 },
             }
         }
+    }
+
+    /// A base of checkpoint `n` reads `n-1`'s state from the store. While a subtask's
+    /// overdue base waits for it, the barrier waits (`BASE_FOLD_WAIT` at most) until the
+    /// folder, which holds nothing meanwhile, has written `n-1`: a base then comes
+    /// however folds and barriers fall in time. A wait that runs out leaves the base to
+    /// a later barrier; the subtask says again that it waits.
+    fn await_base_fold(&mut self, n: u64) -> Result<(), TaskFailure> {
+        if !self.base_waits.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let deadline = Instant::now() + BASE_FOLD_WAIT;
+        while self.fold_through.load(Ordering::Acquire) + 1 < n && Instant::now() < deadline {
+            // The fold of n-1 may be kept here while the folder writes the one before.
+            self.folds.offer()?;
+            match self.events.recv_timeout(BASE_FOLD_POLL) {
+                Ok(Event::Fired) | Err(RecvTimeoutError::Timeout) => {}
+                Ok(Event::Failed(failure)) => return Err(failure),
+                Ok(Event::State { n: m, task, .. }) => unreachable!("{task} sent state for checkpoint {m} before its barrier"),
+                Ok(Event::SinkAligned(m)) => unreachable!("the sink aligned {m} before its barrier"),
+                Err(RecvTimeoutError::Disconnected) => return Err(TaskFailure::Stopped),
+            }
+        }
+        self.base_waits.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Moves the positions of the changelog partitions a checkpoint wrote to where they

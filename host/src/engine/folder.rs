@@ -3,11 +3,12 @@
 //! crash before a fold leaves its changes for recovery to replay from the changelog).
 //! Checkpoints committed less than `GATHER` after its last write are held and written
 //! together, each key once, with the latest of its values: at short intervals most keys
-//! change in every checkpoint, and the store is a cache, not the record. The coordinator
+//! change in every checkpoint, and the store is a cache, not the record; but not while a
+//! subtask's overdue base waits for the store (`GroupLog::base_overdue`). The coordinator
 //! hands folds over through a `Handover`, which an exactly-once checkpoint never waits at
 //! while the folder writes (up to a bound).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
@@ -110,10 +111,23 @@ impl Handover {
     }
 }
 
-/// Folds until the coordinator hangs up, then writes what it holds. `folded`, if given,
-/// hears of each fold as soon as it is done (at-least-once: checkpoint N+1 begins only
-/// then, so nothing is held); `through` is the last checkpoint the store holds.
-pub(super) fn run(store: &CheckpointStore, committed: &Receiver<Fold>, folded: Option<&Sender<u64>>, through: &AtomicU64) -> Result<(), TaskFailure> {
+/// The folder's ends: the store it writes, the committed checkpoints it takes, and what
+/// it tells. `folded`, if given, hears of each fold as soon as it is done
+/// (at-least-once: checkpoint N+1 begins only then, so nothing is held); `through` is
+/// the last checkpoint the store holds; while `base_waits` is set, a subtask's overdue
+/// base waits for the store, and nothing is held either.
+pub(super) struct FolderEnds<'a> {
+    pub(super) store: &'a CheckpointStore,
+    pub(super) committed: Receiver<Fold>,
+    pub(super) folded: Option<Sender<u64>>,
+    pub(super) through: &'a AtomicU64,
+    pub(super) base_waits: &'a AtomicBool,
+}
+
+/// Folds until the coordinator hangs up, then writes what it holds.
+pub(super) fn run(ends: FolderEnds<'_>) -> Result<(), TaskFailure> {
+    let FolderEnds { store, committed, folded, through, base_waits } = ends;
+    let folded = folded.as_ref();
     let mut held: Vec<Fold> = Vec::new();
     let mut written = Instant::now() - GATHER;
     loop {
@@ -126,7 +140,7 @@ pub(super) fn run(store: &CheckpointStore, committed: &Receiver<Fold>, folded: O
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return write(store, std::mem::take(&mut held), folded, through),
         }
-        if folded.is_some() || written.elapsed() >= GATHER {
+        if folded.is_some() || written.elapsed() >= GATHER || base_waits.load(Ordering::Acquire) {
             write(store, std::mem::take(&mut held), folded, through)?;
             written = Instant::now();
         }

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::checkpoint::layout;
@@ -54,6 +54,8 @@ pub(crate) struct ChangelogWriter<'a> {
     store: &'a CheckpointStore,
     /// The last checkpoint folded into the store: a base of checkpoint N waits for N-1.
     folded: &'a AtomicU64,
+    /// Set when an overdue base waits for the folder.
+    base_waits: &'a AtomicBool,
     /// The last checkpoint committed: checkpoint N's transaction is open once N-1 is.
     committed: &'a AtomicU64,
     /// The key groups the subtask owns.
@@ -81,6 +83,9 @@ pub(crate) struct StateOut<'a> {
     pub(crate) store: &'a CheckpointStore,
     /// The last checkpoint the folder has written into the store.
     pub(crate) folded: &'a AtomicU64,
+    /// Set when a group's overdue base waits for the folder: the folder then writes
+    /// what it holds at once, and the next barrier waits for it (a while at most).
+    pub(crate) base_waits: &'a AtomicBool,
     /// The last checkpoint committed in Kafka.
     pub(crate) committed: &'a AtomicU64,
     /// Segments and bases (exactly-once), else one record per key.
@@ -98,6 +103,7 @@ impl<'a> ChangelogWriter<'a> {
             stage,
             store: out.store,
             folded: out.folded,
+            base_waits: out.base_waits,
             committed: out.committed,
             groups,
             logs: None,
@@ -149,6 +155,9 @@ impl<'a> ChangelogWriter<'a> {
             let run_bytes: u64 = run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
             let log = self.logs.as_ref().and_then(|logs| logs.get(&group)).copied().unwrap_or_default();
             let in_time = bases == 0 || started.elapsed() < BASE_TIME_BUDGET;
+            if !may_base && log.base_overdue() {
+                self.base_waits.store(true, Ordering::Release);
+            }
             let written = match may_base && log.wants_base(run_bytes) && budget > 0 && in_time {
                 true => {
                     let merged;
