@@ -3,6 +3,8 @@
 //! the window-count plugin must commit for them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub const START_MS: i64 = 1_700_000_000_000;
 /// Far enough ahead that every window of the real records closes before it.
@@ -74,14 +76,30 @@ impl Clicks {
 /// Input that arrives in `chunks` chunks of 2,500 records 300 ms apart, then the flush
 /// records; `keyed`: co-partitioned by key (`take_keyed`). Returns everything produced.
 pub fn produce_paced(topic: &str, seed: u64, partitions: i32, chunks: usize, keyed: bool) -> std::thread::JoinHandle<Vec<Input>> {
+    produce_while(topic, seed, partitions, keyed, move |produced| produced < chunks)
+}
+
+/// As `produce_paced`, chunk after chunk until `stop` is set (at most `MAX_CHUNKS`):
+/// input for as long as the faults a test waits for take to fire, however slow the
+/// machine makes them.
+pub fn produce_until(topic: &str, seed: u64, partitions: i32, keyed: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Input>> {
+    produce_while(topic, seed, partitions, keyed, move |produced| produced < MAX_CHUNKS && !stop.load(Ordering::Acquire))
+}
+
+/// Bounds `produce_until`: ten minutes of pauses alone, far more than a test waits.
+const MAX_CHUNKS: usize = 2_000;
+
+fn produce_while(topic: &str, seed: u64, partitions: i32, keyed: bool, more: impl Fn(usize) -> bool + Send + 'static) -> std::thread::JoinHandle<Vec<Input>> {
     let topic = topic.to_string();
     std::thread::spawn(move || {
         let mut clicks = Clicks::new(seed, partitions, 500);
         let mut all = Vec::new();
-        for _ in 0..chunks {
+        let mut produced = 0;
+        while more(produced) {
             let chunk = if keyed { clicks.take_keyed(2_500) } else { clicks.take(2_500) };
             super::produce(&topic, &chunk);
             all.extend(chunk);
+            produced += 1;
             std::thread::sleep(std::time::Duration::from_millis(300)); // pacing, not synchronisation
         }
         let flush = if keyed { clicks.flush_keyed() } else { clicks.flush() };
