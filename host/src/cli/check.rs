@@ -196,7 +196,7 @@ fn call_every_export(
     let mut watermark = i64::MIN;
     if let Some(path) = &args.restore {
         (image, watermark) = snapshot_file::load(path)?;
-        restore(&mut instance, &image, watermark)?;
+        restore(plugin, &mut instance, &image, watermark)?;
         println!(
             "restore:  {} entries at watermark {watermark} from {}: ok",
             image.len(),
@@ -215,7 +215,7 @@ fn call_every_export(
     }
     // A restart from that checkpoint: a freshly initialised instance restores it.
     let mut fresh = start()?;
-    restore(&mut fresh, &image, to)?;
+    restore(plugin, &mut fresh, &image, to)?;
     println!("restore:  ok into a fresh instance ({} entries)", image.len());
     if let Some(path) = &args.save_snapshot {
         snapshot_file::save(path, &args.plugin, to, &image)?;
@@ -267,8 +267,10 @@ fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
     }
 }
 
-/// Restores `image` into a fresh instance in the chunks a restart would hand it.
-fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) -> anyhow::Result<()> {
+/// Restores `image` into a fresh instance in the chunks a restart would hand it, its
+/// memory growing as in a job's restore (`Plugin::restoring`).
+fn restore(plugin: &Plugin, instance: &mut OperatorInstance, image: &Image, watermark: i64) -> anyhow::Result<()> {
+    let _restoring = plugin.restoring();
     let mut chunks = RestoreChunks::default();
     for (key, value) in image {
         if let Some(full) = chunks.push(key, value) {
