@@ -8,8 +8,6 @@ use crate::support;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Child;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{BaseRecord, Producer};
@@ -165,8 +163,7 @@ fn two_processes_show_shares_that_add_up_to_the_input() {
 fn a_process_killed_while_it_writes_a_base_keeps_the_output_exact() {
     let job = scale_out_job("so-base");
     // Input until both kills have fired: each waits for a base, which needs changes.
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = clicks::produce_until(&job.input, support::crash_seed(), PARTITIONS, true, stop.clone());
+    let producer = clicks::produce_until(&job.input, support::crash_seed(), PARTITIONS, true);
     let mut processes: Vec<Process> = (0..2).map(|i| Process::start(&job, i)).collect();
     for round in 0..2 {
         let victim = &mut processes[round];
@@ -180,8 +177,7 @@ fn a_process_killed_while_it_writes_a_base_keeps_the_output_exact() {
         assert!(killed, "WEIR_FAULT=in-base:1 did not fire within 90 s ({status:?}); logs:\n{}", logs(&processes));
         processes[round].restart(&job);
     }
-    stop.store(true, Ordering::Release);
-    let input = producer.join().expect("producer thread");
+    let input = producer.finish();
     stop_and_compare(&job, &mut processes, &input);
     for process in &processes {
         // Once per kill at least: subtasks writing bases at once may each log it.

@@ -79,11 +79,34 @@ pub fn produce_paced(topic: &str, seed: u64, partitions: i32, chunks: usize, key
     produce_while(topic, seed, partitions, keyed, move |produced| produced < chunks)
 }
 
-/// As `produce_paced`, chunk after chunk until `stop` is set (at most `MAX_CHUNKS`):
-/// input for as long as the faults a test waits for take to fire, however slow the
-/// machine makes them.
-pub fn produce_until(topic: &str, seed: u64, partitions: i32, keyed: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Input>> {
-    produce_while(topic, seed, partitions, keyed, move |produced| produced < MAX_CHUNKS && !stop.load(Ordering::Acquire))
+/// As `produce_paced`, chunk after chunk until `Producing::finish` (at most
+/// `MAX_CHUNKS`): input for as long as the faults a test waits for take to fire,
+/// however slow the machine makes them.
+pub fn produce_until(topic: &str, seed: u64, partitions: i32, keyed: bool) -> Producing {
+    let stop = Arc::new(AtomicBool::new(false));
+    let more = Arc::clone(&stop);
+    let handle = produce_while(topic, seed, partitions, keyed, move |produced| produced < MAX_CHUNKS && !more.load(Ordering::Acquire));
+    Producing { stop, handle: Some(handle) }
+}
+
+/// Input `produce_until` produces; dropped unfinished (its test failed), it stops.
+pub struct Producing {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Vec<Input>>>,
+}
+
+impl Producing {
+    /// Ends the input with the flush records; returns everything produced.
+    pub fn finish(mut self) -> Vec<Input> {
+        self.stop.store(true, Ordering::Release);
+        self.handle.take().expect("finished once").join().expect("producer thread")
+    }
+}
+
+impl Drop for Producing {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
 }
 
 /// Bounds `produce_until`: ten minutes of pauses alone, far more than a test waits.

@@ -185,6 +185,9 @@ fn call_every_export(
     if let Some(path) = &args.records_file {
         records.extend(read_records_file(path)?);
     }
+    // An instance that restores is made and filled as in a job's restore: its memory
+    // grows in small pages until the restore ends (`Plugin::restoring`).
+    let restoring = args.restore.is_some().then(|| plugin.restoring());
     let mut instance = start()?;
     println!(
         "init:     ok with {entries} config entr{}, inputs {}, outputs {}",
@@ -196,13 +199,14 @@ fn call_every_export(
     let mut watermark = i64::MIN;
     if let Some(path) = &args.restore {
         (image, watermark) = snapshot_file::load(path)?;
-        restore(plugin, &mut instance, &image, watermark)?;
+        restore(&mut instance, &image, watermark)?;
         println!(
             "restore:  {} entries at watermark {watermark} from {}: ok",
             image.len(),
             path.display()
         );
     }
+    drop(restoring);
     let to = args.watermark.unwrap_or(i64::MAX).max(watermark);
     let changes = exercise(&mut instance, input, &records, to)?;
     // What a checkpoint holds after this round: the restored state with the
@@ -214,8 +218,10 @@ fn call_every_export(
         };
     }
     // A restart from that checkpoint: a freshly initialised instance restores it.
+    let restoring = plugin.restoring();
     let mut fresh = start()?;
-    restore(plugin, &mut fresh, &image, to)?;
+    restore(&mut fresh, &image, to)?;
+    drop(restoring);
     println!("restore:  ok into a fresh instance ({} entries)", image.len());
     if let Some(path) = &args.save_snapshot {
         snapshot_file::save(path, &args.plugin, to, &image)?;
@@ -267,10 +273,8 @@ fn print_info(info: &PluginInfo, runtime: &Runtime, limits: Limits) {
     }
 }
 
-/// Restores `image` into a fresh instance in the chunks a restart would hand it, its
-/// memory growing as in a job's restore (`Plugin::restoring`).
-fn restore(plugin: &Plugin, instance: &mut OperatorInstance, image: &Image, watermark: i64) -> anyhow::Result<()> {
-    let _restoring = plugin.restoring();
+/// Restores `image` into a fresh instance in the chunks a restart would hand it.
+fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) -> anyhow::Result<()> {
     let mut chunks = RestoreChunks::default();
     for (key, value) in image {
         if let Some(full) = chunks.push(key, value) {

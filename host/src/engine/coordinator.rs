@@ -39,10 +39,8 @@ const CATCH_UP_POLL: Duration = Duration::from_millis(5);
 /// An early checkpoint starts at least this share of the interval after the last one
 /// (1 in `EARLY_SHARE`): checkpoints come at most this many times as often.
 const EARLY_SHARE: u32 = 4;
-/// How long a barrier waits at most for the folder while an overdue base waits for it:
-/// a fold's write and the one before it, even at 10 M keys.
-const BASE_FOLD_WAIT: Duration = Duration::from_secs(2);
-/// How often the coordinator looks whether the folder got there meanwhile.
+/// How often a barrier that waits for the folder (`await_base_fold`) looks whether it
+/// got there.
 const BASE_FOLD_POLL: Duration = Duration::from_millis(2);
 
 pub(super) struct Coordinator<'a> {
@@ -181,7 +179,7 @@ impl Coordinator<'_> {
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         let started = Instant::now();
         self.await_fold()?;
-        self.await_base_fold(n)?;
+        let base_wait = self.await_base_fold(n)?;
         // A state_dir deleted under the job: the store would fail at its next new file,
         // and every checkpoint folded meanwhile would be lost with it.
         self.store.check_present()?;
@@ -193,7 +191,8 @@ impl Coordinator<'_> {
         }
         fault::point(Step::AfterBarrier, n);
 
-        let deadline = started + self.timeout;
+        // From the barrier: a wait for the folder before it is no part of the bound.
+        let deadline = Instant::now() + self.timeout;
         let mut tasks = BTreeMap::new();
         let mut offsets = BTreeMap::new();
         let mut sink_aligned = false;
@@ -295,6 +294,7 @@ impl Coordinator<'_> {
             partitions = offsets.len(),
             gathered_ms = gathered.as_millis() as u64,
             commit_ms = commit_time.as_millis() as u64,
+            base_wait_ms = base_wait.as_millis() as u64,
             "checkpoint committed"
         );
         Ok(())
@@ -338,16 +338,21 @@ impl Coordinator<'_> {
     }
 
     /// A base of checkpoint `n` reads `n-1`'s state from the store. While a subtask's
-    /// overdue base waits for it, the barrier waits (`BASE_FOLD_WAIT` at most) until the
-    /// folder, which holds nothing meanwhile, has written `n-1`: a base then comes
-    /// however folds and barriers fall in time. A wait that runs out leaves the base to
-    /// a later barrier; the subtask says again that it waits.
-    fn await_base_fold(&mut self, n: u64) -> Result<(), TaskFailure> {
+    /// overdue base waits for it, the barrier waits until the folder, which holds
+    /// nothing meanwhile, has written `n-1`: a base then comes however folds and
+    /// barriers fall in time, and however slow the folder is, at the cost of its lag
+    /// once per overdue base. A stop, or the checkpoint timeout, ends the wait; the
+    /// subtask then says again that it waits. Returns how long it waited.
+    fn await_base_fold(&mut self, n: u64) -> Result<Duration, TaskFailure> {
+        let started = Instant::now();
         if !self.base_waits.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(Duration::ZERO);
         }
-        let deadline = Instant::now() + BASE_FOLD_WAIT;
+        let deadline = started + self.timeout;
         while self.fold_through.load(Ordering::Acquire) + 1 < n && Instant::now() < deadline {
+            if self.stop.load(Ordering::Relaxed) || self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed)) {
+                break;
+            }
             // The fold of n-1 may be kept here while the folder writes the one before.
             self.folds.offer()?;
             match self.events.recv_timeout(BASE_FOLD_POLL) {
@@ -359,7 +364,7 @@ impl Coordinator<'_> {
             }
         }
         self.base_waits.store(false, Ordering::Release);
-        Ok(())
+        Ok(started.elapsed())
     }
 
     /// Moves the positions of the changelog partitions a checkpoint wrote to where they

@@ -1,12 +1,7 @@
-//! The folder: writes each committed checkpoint's changes into the store's state and
-//! prunes what is older, off the coordinator's path (checkpoint N+1 runs meanwhile; a
-//! crash before a fold leaves its changes for recovery to replay from the changelog).
-//! Checkpoints committed less than `GATHER` after its last write are held and written
-//! together, each key once, with the latest of its values: at short intervals most keys
-//! change in every checkpoint, and the store is a cache, not the record; but not while a
-//! subtask's overdue base waits for the store (`GroupLog::base_overdue`). The coordinator
-//! hands folds over through a `Handover`, which an exactly-once checkpoint never waits at
-//! while the folder writes (up to a bound).
+//! The folder: writes each committed checkpoint's changes into the store's state, off
+//! the coordinator's path (a crash before a fold leaves them for a replay). Checkpoints
+//! committed within `GATHER` of its last write go in together, each key once, unless a
+//! base waits for the store; the coordinator hands folds over through a `Handover`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -24,6 +19,8 @@ use super::fault;
 
 /// How long after a write the folder holds committed checkpoints before the next.
 const GATHER: Duration = Duration::from_millis(300);
+/// How often a folder that holds checkpoints looks whether a base waits for them.
+const BASE_WAITS_POLL: Duration = Duration::from_millis(5);
 /// Bytes of state changes the coordinator keeps while the folder writes; a checkpoint
 /// that would keep more waits for the folder.
 const UNSENT_LIMIT: u64 = 256 << 20;
@@ -133,7 +130,8 @@ pub(super) fn run(ends: FolderEnds<'_>) -> Result<(), TaskFailure> {
     loop {
         let next = match held.is_empty() {
             true => committed.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            false => committed.recv_deadline(written + GATHER),
+            // Woken now and then to see whether a base waits for what it holds.
+            false => committed.recv_deadline((written + GATHER).min(Instant::now() + BASE_WAITS_POLL)),
         };
         match next {
             Ok(fold) => held.push(fold),
