@@ -149,7 +149,7 @@ impl Coordinator<'_> {
     /// was requested (a final checkpoint is then due at once).
     fn idle_until(&mut self, due: Instant, earliest: Instant) -> Result<bool, TaskFailure> {
         loop {
-            if self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed)) {
+            if self.abandoned() {
                 return Err(TaskFailure::Stopped);
             }
             if self.stop.load(Ordering::Relaxed) {
@@ -164,12 +164,7 @@ impl Coordinator<'_> {
             }
             let poll = if waiting { CATCH_UP_POLL } else { STOP_POLL };
             match self.events.recv_timeout((due - now).min(poll)) {
-                Ok(Event::Fired) => {}
-                Ok(Event::Failed(failure)) => return Err(failure),
-                Ok(Event::State { n, task, .. }) => {
-                    unreachable!("{task} sent state for checkpoint {n} while none was in flight")
-                }
-                Ok(Event::SinkAligned(n)) => unreachable!("the sink aligned {n} while no checkpoint was in flight"),
+                Ok(event) => between_checkpoints(event)?,
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Err(TaskFailure::Stopped),
             }
@@ -250,7 +245,7 @@ impl Coordinator<'_> {
         // makes a replay read them again.
         self.advance_positions(&changes)?;
 
-        if self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed)) {
+        if self.abandoned() {
             // The process lost its partitions while this checkpoint was gathered.
             return Err(TaskFailure::Stopped);
         }
@@ -327,10 +322,7 @@ impl Coordinator<'_> {
                     Err(_) => return Err(TaskFailure::Stopped),
                 },
                 recv(self.events) -> event => match event {
-                    Ok(Event::Fired) => {}
-                    Ok(Event::Failed(failure)) => return Err(failure),
-                    Ok(Event::State { n: m, task, .. }) => unreachable!("{task} sent state for checkpoint {m} before its barrier"),
-                    Ok(Event::SinkAligned(m)) => unreachable!("the sink aligned {m} before its barrier"),
+                    Ok(event) => between_checkpoints(event)?,
                     Err(_) => return Err(TaskFailure::Stopped),
                 },
             }
@@ -350,21 +342,25 @@ impl Coordinator<'_> {
         }
         let deadline = started + self.timeout;
         while self.fold_through.load(Ordering::Acquire) + 1 < n && Instant::now() < deadline {
-            if self.stop.load(Ordering::Relaxed) || self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed)) {
+            if self.stop.load(Ordering::Relaxed) || self.abandoned() {
                 break;
             }
             // The fold of n-1 may be kept here while the folder writes the one before.
             self.folds.offer()?;
             match self.events.recv_timeout(BASE_FOLD_POLL) {
-                Ok(Event::Fired) | Err(RecvTimeoutError::Timeout) => {}
-                Ok(Event::Failed(failure)) => return Err(failure),
-                Ok(Event::State { n: m, task, .. }) => unreachable!("{task} sent state for checkpoint {m} before its barrier"),
-                Ok(Event::SinkAligned(m)) => unreachable!("the sink aligned {m} before its barrier"),
+                Ok(event) => between_checkpoints(event)?,
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Err(TaskFailure::Stopped),
             }
         }
         self.base_waits.store(false, Ordering::Release);
         Ok(started.elapsed())
+    }
+
+    /// Whether the process lost its partitions: the attempt must end without another
+    /// checkpoint.
+    fn abandoned(&self) -> bool {
+        self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed))
     }
 
     /// Moves the positions of the changelog partitions a checkpoint wrote to where they
@@ -377,5 +373,16 @@ impl Coordinator<'_> {
         }
         self.positions.extend(self.changelog_ends.of(&written)?);
         Ok(())
+    }
+}
+
+/// Takes an event that came while no checkpoint is in flight: a timer that fired (noted
+/// in `Pace`) or a task's failure; state or alignment then is a defect of the tasks.
+fn between_checkpoints(event: Event) -> Result<(), TaskFailure> {
+    match event {
+        Event::Fired => Ok(()),
+        Event::Failed(failure) => Err(failure),
+        Event::State { n, task, .. } => unreachable!("{task} sent state for checkpoint {n} while none was in flight"),
+        Event::SinkAligned(n) => unreachable!("the sink aligned {n} while no checkpoint was in flight"),
     }
 }
