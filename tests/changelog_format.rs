@@ -138,8 +138,13 @@ fn wait_counted(input: &[Input], log: &Path) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let wanted: BTreeMap<i32, i64> =
         (0..PARTITIONS).map(|p| (p, input.iter().filter(|(partition, ..)| *partition == p).count() as i64)).collect();
-    while committed_offsets().iter().map(|&(p, o, _)| (p, o)).collect::<BTreeMap<_, _>>() != wanted {
-        assert!(Instant::now() < deadline, "the input was not committed; log:\n{}", job::read_log(log));
+    loop {
+        let committed = support::try_committed_with_metadata(JOB, INPUT, PARTITIONS);
+        let offsets = committed.map(|c| c.into_iter().map(|(p, o, _)| (p, o)).collect::<BTreeMap<_, _>>());
+        if offsets.as_ref() == Ok(&wanted) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the input was not committed (last read: {offsets:?}); log:\n{}", job::read_log(log));
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -325,6 +325,13 @@ impl StateChanges {
         self.chunk.iter().zip(&self.groups).map(|((key, value), &group)| (group, key, value))
     }
 
+    /// The entries of key group `group` as `(key, value)`, in key order: sorted only.
+    pub(crate) fn group_entries(&self, group: u32) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        let start = self.groups.partition_point(|&g| g < group);
+        let end = start + self.groups[start..].partition_point(|&g| g == group);
+        (start..end).map(|index| self.chunk.get(index))
+    }
+
     /// The key groups of the entries: each once, if sorted.
     pub(crate) fn groups(&self) -> impl Iterator<Item = u32> + '_ {
         let mut last = None;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -355,6 +356,12 @@ pub fn next_random(state: &mut u64) -> u64 {
 /// The committed offsets of `group` on `topic`, with their metadata, for the partitions
 /// that have one.
 pub fn committed_with_metadata(group: &str, topic: &str, partitions: i32) -> Vec<(i32, i64, String)> {
+    try_committed_with_metadata(group, topic, partitions).expect("committed offsets")
+}
+
+/// As `committed_with_metadata`, or the error of the broker's answer, which a poll
+/// takes as "not yet": a group coordinator that moves or loads answers with one.
+pub fn try_committed_with_metadata(group: &str, topic: &str, partitions: i32) -> KafkaResult<Vec<(i32, i64, String)>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .set("group.id", group)
@@ -364,15 +371,15 @@ pub fn committed_with_metadata(group: &str, topic: &str, partitions: i32) -> Vec
     for partition in 0..partitions {
         list.add_partition(topic, partition);
     }
-    let committed = consumer.committed_offsets(list, WAIT).expect("committed offsets");
-    committed
+    let committed = consumer.committed_offsets(list, WAIT)?;
+    Ok(committed
         .elements()
         .iter()
         .filter_map(|e| match e.offset() {
             Offset::Offset(offset) => Some((e.partition(), offset, e.metadata().to_string())),
             _ => None,
         })
-        .collect()
+        .collect())
 }
 
 /// The committed offsets of `group` on `topic`, for the partitions that have one.

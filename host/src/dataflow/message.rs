@@ -2,6 +2,8 @@
 //! checkpoint barriers, in band and in order, so a barrier cuts every stream at one
 //! consistent point; and what tasks report to the checkpoint coordinator.
 
+use std::sync::Arc;
+
 use crate::batch::Batch;
 use crate::checkpoint::layout::{PartitionState, TaskId};
 use crate::chunk::StateChanges;
@@ -65,8 +67,9 @@ pub(crate) enum Message {
 pub(crate) enum Event {
     /// A task's entry for checkpoint `n`, encoded by `checkpoint::layout`; sources add
     /// the offsets they reached, operator subtasks the state changes they wrote to the
-    /// changelog (one per snapshot round, oldest first), for the store once `n` is committed.
-    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changes: Vec<StateChanges> },
+    /// changelog (one per snapshot round, oldest first), for the store once `n` is committed;
+    /// the subtask keeps them too until then, for its bases.
+    State { n: u64, task: TaskId, bytes: Vec<u8>, offsets: Option<Vec<PartitionState>>, changes: Vec<Arc<StateChanges>> },
     /// The sink has handed every record of epoch `n` to the producer.
     SinkAligned(u64),
     /// An operator subtask's watermark fired output, the first since the last barrier

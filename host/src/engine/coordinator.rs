@@ -39,9 +39,6 @@ const CATCH_UP_POLL: Duration = Duration::from_millis(5);
 /// An early checkpoint starts at least this share of the interval after the last one
 /// (1 in `EARLY_SHARE`): checkpoints come at most this many times as often.
 const EARLY_SHARE: u32 = 4;
-/// How often a barrier that waits for the folder (`await_base_fold`) looks whether it
-/// got there.
-const BASE_FOLD_POLL: Duration = Duration::from_millis(2);
 
 pub(super) struct Coordinator<'a> {
     pub(super) store: &'a CheckpointStore,
@@ -66,10 +63,6 @@ pub(super) struct Coordinator<'a> {
     pub(super) folded: Option<Receiver<u64>>,
     /// The checkpoint handed to the folder and not yet folded, when checkpoints wait.
     pub(super) fold_in_flight: Option<u64>,
-    /// The last checkpoint the folder has written into the store.
-    pub(super) fold_through: &'a AtomicU64,
-    /// Set by a subtask whose overdue base waits for the folder (see `await_base_fold`).
-    pub(super) base_waits: &'a AtomicBool,
     /// Reads where the changelog's partitions end.
     pub(super) changelog_ends: changelog::Ends,
     /// Which changelog partition holds each key group.
@@ -174,7 +167,6 @@ impl Coordinator<'_> {
     fn checkpoint(&mut self, n: u64) -> Result<(), TaskFailure> {
         let started = Instant::now();
         self.await_fold()?;
-        let base_wait = self.await_base_fold(n)?;
         // A state_dir deleted under the job: the store would fail at its next new file,
         // and every checkpoint folded meanwhile would be lost with it.
         self.store.check_present()?;
@@ -186,7 +178,7 @@ impl Coordinator<'_> {
         }
         fault::point(Step::AfterBarrier, n);
 
-        // From the barrier: a wait for the folder before it is no part of the bound.
+        // From the barrier: an at-least-once wait for the folder is no part of the bound.
         let deadline = Instant::now() + self.timeout;
         let mut tasks = BTreeMap::new();
         let mut offsets = BTreeMap::new();
@@ -261,7 +253,7 @@ impl Coordinator<'_> {
         self.committed.send(n).map_err(|_| TaskFailure::Stopped)?;
 
         let (changed, changed_bytes) =
-            changes.iter().map(StateChanges::size).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
+            changes.iter().map(|c| c.size()).fold((0, 0), |(e, b), (de, db)| (e + de, b + db));
         let (records, record_bytes) = changes.iter().map(|c| c.written).fold((0, 0), |(r, b), (dr, db)| (r + dr, b + db));
         let bases: u32 = changes.iter().map(|c| c.bases).sum();
         let fold = Fold { first: n, n, changes, positions: self.positions.clone() };
@@ -289,7 +281,6 @@ impl Coordinator<'_> {
             partitions = offsets.len(),
             gathered_ms = gathered.as_millis() as u64,
             commit_ms = commit_time.as_millis() as u64,
-            base_wait_ms = base_wait.as_millis() as u64,
             "checkpoint committed"
         );
         Ok(())
@@ -329,34 +320,6 @@ impl Coordinator<'_> {
         }
     }
 
-    /// A base of checkpoint `n` reads `n-1`'s state from the store. While a subtask's
-    /// overdue base waits for it, the barrier waits until the folder, which holds
-    /// nothing meanwhile, has written `n-1`: a base then comes however folds and
-    /// barriers fall in time, and however slow the folder is, at the cost of its lag
-    /// once per overdue base. A stop, or the checkpoint timeout, ends the wait; the
-    /// subtask then says again that it waits. Returns how long it waited.
-    fn await_base_fold(&mut self, n: u64) -> Result<Duration, TaskFailure> {
-        let started = Instant::now();
-        if !self.base_waits.load(Ordering::Acquire) {
-            return Ok(Duration::ZERO);
-        }
-        let deadline = started + self.timeout;
-        while self.fold_through.load(Ordering::Acquire) + 1 < n && Instant::now() < deadline {
-            if self.stop.load(Ordering::Relaxed) || self.abandoned() {
-                break;
-            }
-            // The fold of n-1 may be kept here while the folder writes the one before.
-            self.folds.offer()?;
-            match self.events.recv_timeout(BASE_FOLD_POLL) {
-                Ok(event) => between_checkpoints(event)?,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err(TaskFailure::Stopped),
-            }
-        }
-        self.base_waits.store(false, Ordering::Release);
-        Ok(started.elapsed())
-    }
-
     /// Whether the process lost its partitions: the attempt must end without another
     /// checkpoint.
     fn abandoned(&self) -> bool {
@@ -365,9 +328,9 @@ impl Coordinator<'_> {
 
     /// Moves the positions of the changelog partitions a checkpoint wrote to where they
     /// end now.
-    fn advance_positions(&mut self, changes: &[StateChanges]) -> Result<(), TaskFailure> {
+    fn advance_positions(&mut self, changes: &[Arc<StateChanges>]) -> Result<(), TaskFailure> {
         let placement = self.placement;
-        let written: BTreeSet<i32> = changes.iter().flat_map(StateChanges::groups).map(|group| placement.partition_of(group)).collect();
+        let written: BTreeSet<i32> = changes.iter().flat_map(|c| c.groups()).map(|group| placement.partition_of(group)).collect();
         if written.is_empty() {
             return Ok(());
         }

@@ -1,9 +1,10 @@
 //! The folder: writes each committed checkpoint's changes into the store's state, off
 //! the coordinator's path (a crash before a fold leaves them for a replay). Checkpoints
-//! committed within `GATHER` of its last write go in together, each key once, unless a
-//! base waits for the store; the coordinator hands folds over through a `Handover`.
+//! committed within `GATHER` of its last write go in together, each key once; the
+//! coordinator hands folds over through a `Handover`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
@@ -19,8 +20,6 @@ use super::fault;
 
 /// How long after a write the folder holds committed checkpoints before the next.
 const GATHER: Duration = Duration::from_millis(300);
-/// How often a folder that holds checkpoints looks whether a base waits for them.
-const BASE_WAITS_POLL: Duration = Duration::from_millis(5);
 /// Bytes of state changes the coordinator keeps while the folder writes; a checkpoint
 /// that would keep more waits for the folder.
 const UNSENT_LIMIT: u64 = 256 << 20;
@@ -31,7 +30,7 @@ pub(super) struct Fold {
     /// The first checkpoint whose changes it holds (earlier than `n` once folds joined).
     pub(super) first: u64,
     pub(super) n: u64,
-    pub(super) changes: Vec<StateChanges>,
+    pub(super) changes: Vec<Arc<StateChanges>>,
     pub(super) positions: BTreeMap<i32, i64>,
 }
 
@@ -111,34 +110,31 @@ impl Handover {
 /// The folder's ends: the store it writes, the committed checkpoints it takes, and what
 /// it tells. `folded`, if given, hears of each fold as soon as it is done
 /// (at-least-once: checkpoint N+1 begins only then, so nothing is held); `through` is
-/// the last checkpoint the store holds; while `base_waits` is set, a subtask's overdue
-/// base waits for the store, and nothing is held either.
+/// the last checkpoint the store holds.
 pub(super) struct FolderEnds<'a> {
     pub(super) store: &'a CheckpointStore,
     pub(super) committed: Receiver<Fold>,
     pub(super) folded: Option<Sender<u64>>,
     pub(super) through: &'a AtomicU64,
-    pub(super) base_waits: &'a AtomicBool,
 }
 
 /// Folds until the coordinator hangs up, then writes what it holds.
 pub(super) fn run(ends: FolderEnds<'_>) -> Result<(), TaskFailure> {
-    let FolderEnds { store, committed, folded, through, base_waits } = ends;
+    let FolderEnds { store, committed, folded, through } = ends;
     let folded = folded.as_ref();
     let mut held: Vec<Fold> = Vec::new();
     let mut written = Instant::now() - GATHER;
     loop {
         let next = match held.is_empty() {
             true => committed.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            // Woken now and then to see whether a base waits for what it holds.
-            false => committed.recv_deadline((written + GATHER).min(Instant::now() + BASE_WAITS_POLL)),
+            false => committed.recv_deadline(written + GATHER),
         };
         match next {
             Ok(fold) => held.push(fold),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return write(store, std::mem::take(&mut held), folded, through),
         }
-        if folded.is_some() || written.elapsed() >= GATHER || base_waits.load(Ordering::Acquire) {
+        if folded.is_some() || written.elapsed() >= GATHER {
             write(store, std::mem::take(&mut held), folded, through)?;
             written = Instant::now();
         }
@@ -150,7 +146,7 @@ fn write(store: &CheckpointStore, held: Vec<Fold>, folded: Option<&Sender<u64>>,
     let Some(last) = held.last() else { return Ok(()) };
     let (n, positions) = (last.n, last.positions.clone());
     let started = Instant::now();
-    let changes: Vec<&StateChanges> = held.iter().flat_map(|fold| &fold.changes).collect();
+    let changes: Vec<&StateChanges> = held.iter().flat_map(|fold| fold.changes.iter().map(|round| &**round)).collect();
     let entries = chunk::latest_of(&changes);
     let logs = changes.iter().flat_map(|c| c.logs.iter().map(move |&(group, log)| (c.stage, group, log)));
     // The folder tells of its folds exactly when checkpoints wait for them: at-least-once.
@@ -176,7 +172,7 @@ mod tests {
     fn fold(n: u64, key: &[u8]) -> Fold {
         let mut changes = StateChanges::new(0);
         changes.push(1, key, Some(b"v"));
-        Fold { first: n, n, changes: vec![changes], positions: BTreeMap::from([(0, n as i64 * 10)]) }
+        Fold { first: n, n, changes: vec![Arc::new(changes)], positions: BTreeMap::from([(0, n as i64 * 10)]) }
     }
 
     fn keys(fold: &Fold) -> Vec<Vec<u8>> {

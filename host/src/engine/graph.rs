@@ -63,7 +63,6 @@ pub(super) fn execute(
     let pace = Arc::new(Pace::new(sources.len()));
     // The store holds the state of every checkpoint before the attempt's first.
     let folded = AtomicU64::new(next.saturating_sub(1));
-    let base_waits = AtomicBool::new(false);
     // The last checkpoint committed: its successor's transaction is open.
     let committed = AtomicU64::new(next.saturating_sub(1));
 
@@ -81,7 +80,6 @@ pub(super) fn execute(
             placement,
             store,
             folded: &folded,
-            base_waits: &base_waits,
             committed: &committed,
             packed: job.producer.delivery == job::Delivery::ExactlyOnce,
             in_base: |n| fault::point(Step::InBase, n),
@@ -108,7 +106,7 @@ pub(super) fn execute(
             job::Delivery::ExactlyOnce => (None, None),
         };
         let what = "the state folder".to_string();
-        let ends = FolderEnds { store, committed: folds_rx, folded: folded_tx, through: &folded, base_waits: &base_waits };
+        let ends = FolderEnds { store, committed: folds_rx, folded: folded_tx, through: &folded };
         handles.push(spawn_task(scope, "fold".to_string(), what, events_tx.clone(), move || folder::run(ends)));
         drop(events_tx);
 
@@ -125,8 +123,6 @@ pub(super) fn execute(
             folds: Handover::new(folds_tx, folded_rx.is_some()),
             folded: folded_rx,
             fold_in_flight: None,
-            fold_through: &folded,
-            base_waits: &base_waits,
             changelog_ends: changelog::Ends::new(job)?,
             placement,
             positions,

@@ -340,7 +340,8 @@ impl OperatorTask<'_> {
         let started = Instant::now();
         let mut changes = self.changes().map_err(TaskFailure::operator)?;
         self.changelog.write(n, &mut changes, &self.early.held)?;
-        let changes = self.early.take(changes, started.elapsed());
+        let changes: Vec<Arc<StateChanges>> = self.early.take(changes, started.elapsed()).into_iter().map(Arc::new).collect();
+        self.changelog.keep(n, &changes);
         self.barrier = n;
         let bytes = layout::encode_operator(self.watermark);
         let task = TaskId::Operator { stage: self.stage, subtask: self.subtask };

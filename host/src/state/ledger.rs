@@ -34,15 +34,6 @@ impl GroupLog {
             || self.segment_bytes + bytes > self.base_bytes.max(MIN_BASE_BYTES)
     }
 
-    /// Whether the group's base is overdue: its segments outweigh it twice over, or
-    /// reached `MAX_SEGMENTS`. A base of checkpoint N reads N-1's state from the store,
-    /// so it waits while the folder lags; one overdue makes the folder and the next
-    /// barrier wait for it instead, so that no timing of folds and barriers holds a
-    /// group's base off for good (its segments would pile up past `MAX_SEGMENT_SEQ`).
-    pub(crate) fn base_overdue(&self) -> bool {
-        self.segments >= MAX_SEGMENTS || self.segment_bytes > 2 * self.base_bytes.max(MIN_BASE_BYTES)
-    }
-
     /// The segment keys a new base leaves to the segments after it, and those it must
     /// remove: the keys past this base's segments, once they outnumber them (and 4). A
     /// shorter run of segments replaces only the first keys of a longer one before it.
@@ -111,15 +102,6 @@ mod tests {
         assert!(GroupLog { legacy: true, ..GroupLog::default() }.wants_base(1));
         assert!(GroupLog { v1_keys: true, base_bytes: 1 << 30, ..GroupLog::default() }.wants_base(1));
         assert!(GroupLog { segments: MAX_SEGMENTS, base_bytes: 1 << 30, ..GroupLog::default() }.wants_base(1));
-    }
-
-    #[test]
-    fn a_base_is_overdue_once_the_segments_outweigh_it_twice() {
-        let log = GroupLog { base: 7, base_bytes: 1 << 20, segment_bytes: 2 << 20, segments: 30, ..GroupLog::default() };
-        assert!(!log.base_overdue(), "due, not overdue");
-        assert!(GroupLog { segment_bytes: (2 << 20) + 1, ..log }.base_overdue());
-        assert!(GroupLog { segment_bytes: 2 * MIN_BASE_BYTES + 1, ..GroupLog::default() }.base_overdue(), "a small group's");
-        assert!(GroupLog { segments: MAX_SEGMENTS, ..log }.base_overdue());
     }
 
     #[test]

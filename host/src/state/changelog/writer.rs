@@ -1,8 +1,9 @@
 //! Writes one operator subtask's checkpoint changes into the changelog, in the
 //! checkpoint's transaction (DESIGN.md §5, "Changelog segments"): per key group a few
 //! packed segments, or, once what the group's segments hold outweighs its base, a new
-//! base instead — the group's whole state at this checkpoint, the store's state of the
-//! checkpoint before it merged with these changes. A base's records take the keys of
+//! base instead — the group's whole state at this checkpoint: the store's state merged
+//! with the changes of the checkpoints the folder has not written into it yet, which the
+//! writer keeps, and with these. A base's records take the keys of
 //! the one before, and the segments after it those of the segments before, so
 //! compaction drops what it replaces; only records no later one replaces are removed
 //! by key (tombstones): those of an older weir's keys, a longer base's last chunks, and
@@ -16,7 +17,8 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::checkpoint::layout;
@@ -50,12 +52,13 @@ pub(crate) struct ChangelogWriter<'a> {
     topic: &'a str,
     placement: Placement,
     stage: u32,
-    /// Where a base reads the state of the checkpoint before its own.
+    /// Where a base reads the state of the last checkpoint folded.
     store: &'a CheckpointStore,
-    /// The last checkpoint folded into the store: a base of checkpoint N waits for N-1.
+    /// The last checkpoint folded into the store.
     folded: &'a AtomicU64,
-    /// Set when an overdue base waits for the folder.
-    base_waits: &'a AtomicBool,
+    /// The rounds of the checkpoints written since, which a base merges over the store's
+    /// state: shared with the folder, which writes them into the store.
+    unfolded: Vec<(u64, Arc<StateChanges>)>,
     /// The last checkpoint committed: checkpoint N's transaction is open once N-1 is.
     committed: &'a AtomicU64,
     /// The key groups the subtask owns.
@@ -83,9 +86,6 @@ pub(crate) struct StateOut<'a> {
     pub(crate) store: &'a CheckpointStore,
     /// The last checkpoint the folder has written into the store.
     pub(crate) folded: &'a AtomicU64,
-    /// Set when a group's overdue base waits for the folder: the folder then writes
-    /// what it holds at once, and the next barrier waits for it (a while at most).
-    pub(crate) base_waits: &'a AtomicBool,
     /// The last checkpoint committed in Kafka.
     pub(crate) committed: &'a AtomicU64,
     /// Segments and bases (exactly-once), else one record per key.
@@ -103,7 +103,7 @@ impl<'a> ChangelogWriter<'a> {
             stage,
             store: out.store,
             folded: out.folded,
-            base_waits: out.base_waits,
+            unfolded: Vec::new(),
             committed: out.committed,
             groups,
             logs: None,
@@ -139,37 +139,35 @@ impl<'a> ChangelogWriter<'a> {
         if self.logs.is_none() {
             self.logs = Some(self.store.group_logs(self.stage, self.groups.clone())?);
         }
+        // Read before any base scans the store, which then holds at least this checkpoint.
+        let folded = self.folded.load(Ordering::Acquire);
+        self.unfolded.retain(|&(m, _)| m > folded);
+        let unfolded: Vec<Arc<StateChanges>> = self.unfolded.iter().map(|(_, round)| Arc::clone(round)).collect();
+        // Oldest first: what a base merges over the store's state, before this round.
+        let older: Vec<&StateChanges> = unfolded.iter().map(|round| &**round).chain(earlier).collect();
         let entries: Vec<Entry<'_>> = changes.entries().collect();
         let total: u64 = entries.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
         let mut budget = BASE_BUDGET_BYTES.max(total);
         let started = Instant::now();
-        // A base of N reads N-1's state from the store; until the folder is there, segments.
-        let may_base = self.folded.load(Ordering::Acquire) + 1 >= n;
         let (mut records, mut bytes, mut bases) = (0, 0, 0);
         let mut logs = Vec::new();
-        // The earlier rounds' entries, each in group and key order: read once a base needs them.
-        let mut before: Option<Vec<Vec<Entry<'_>>>> = None;
         let runs: Vec<&[Entry<'_>]> = entries.chunk_by(|a, b| a.0 == b.0).collect();
         for run in starting_at(&runs, self.bases_from) {
             let group = run[0].0;
             let run_bytes: u64 = run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
             let log = self.logs.as_ref().and_then(|logs| logs.get(&group)).copied().unwrap_or_default();
             let in_time = bases == 0 || started.elapsed() < BASE_TIME_BUDGET;
-            if !may_base && log.base_overdue() {
-                self.base_waits.store(true, Ordering::Release);
-            }
-            let written = match may_base && log.wants_base(run_bytes) && budget > 0 && in_time {
+            let written = match log.wants_base(run_bytes) && budget > 0 && in_time {
                 true => {
                     let merged;
-                    let since_n_1 = match earlier.is_empty() {
+                    let since_store = match older.is_empty() {
                         true => run,
                         false => {
-                            let before = before.get_or_insert_with(|| earlier.iter().map(|round| round.entries().collect()).collect());
-                            merged = latest_in_group(before, group, run);
+                            merged = latest_in_group(&older, group, run);
                             &merged
                         }
                     };
-                    let (written, base) = self.write_base(n, group, &log, since_n_1)?;
+                    let (written, base) = self.write_base(n, group, &log, since_store)?;
                     budget = budget.saturating_sub(base.base_bytes);
                     bases += 1;
                     self.bases_from = group + 1;
@@ -184,10 +182,20 @@ impl<'a> ChangelogWriter<'a> {
         }
         drop(runs);
         drop(entries);
+        drop(older);
         changes.logs = logs;
         changes.written = (records, bytes);
         changes.bases = bases;
         Ok(())
+    }
+
+    /// Keeps checkpoint `n`'s rounds, written and committed, for the bases of later
+    /// checkpoints until the folder has written them into the store.
+    pub(crate) fn keep(&mut self, n: u64, rounds: &[Arc<StateChanges>]) {
+        if self.packed {
+            let written = rounds.iter().filter(|round| !round.is_empty());
+            self.unfolded.extend(written.map(|round| (n, Arc::clone(round))));
+        }
     }
 
     fn write_per_key(&mut self, changes: &mut StateChanges) -> Result<(), TaskFailure> {
@@ -220,7 +228,8 @@ impl<'a> ChangelogWriter<'a> {
         Ok(((records, bytes), log))
     }
 
-    /// A new base of the group at checkpoint `n`, after removing what it replaces.
+    /// A new base of the group at checkpoint `n`, after removing what it replaces: the
+    /// store's state merged with `run`, the group's changes since it in key order.
     fn write_base(&mut self, n: u64, group: u32, old: &GroupLog, run: &[Entry<'_>]) -> Result<((u64, u64), GroupLog), TaskFailure> {
         let (slots, stale) = old.stale_slots();
         let mut records = self.remove_replaced(group, old, stale)?;
@@ -238,7 +247,7 @@ impl<'a> ChangelogWriter<'a> {
             entries += 1;
             Ok(())
         };
-        // The store's state of N-1 merged with N's changes, both in key order.
+        // The store's state merged with the changes since, both in key order.
         let store = self.store;
         store.scan_group(self.stage, group, |key, value| -> Result<(), TaskFailure> {
             while let Some(&(changed, new)) = changes.peek()
@@ -332,20 +341,36 @@ impl<'a> ChangelogWriter<'a> {
     }
 }
 
-/// The group's entries of the earlier rounds `before` and of `run`, each key once with
-/// its newest value, in key order: all the group's changes since the last checkpoint.
-fn latest_in_group<'e>(before: &[Vec<Entry<'e>>], group: u32, run: &[Entry<'e>]) -> Vec<Entry<'e>> {
-    let mut latest: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+/// The group's entries of the rounds `before` (sorted, oldest first) and of `run`, each
+/// key once with its newest value, in key order: all the group's changes since the
+/// store's state. A round holds a key once, so each merge of one round into what came
+/// before is a walk of both.
+fn latest_in_group<'e>(before: &[&'e StateChanges], group: u32, run: &[Entry<'e>]) -> Vec<Entry<'e>> {
+    let mut latest: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
     for round in before {
-        let start = round.partition_point(|entry| entry.0 < group);
-        for &(_, key, value) in round[start..].iter().take_while(|entry| entry.0 == group) {
-            latest.insert(key, value);
-        }
+        latest = newest_of(latest, round.group_entries(group));
     }
-    for &(_, key, value) in run {
-        latest.insert(key, value);
-    }
+    latest = newest_of(latest, run.iter().map(|&(_, key, value)| (key, value)));
     latest.into_iter().map(|(key, value)| (group, key, value)).collect()
+}
+
+/// `older` and `newer`, both in key order, merged: a key in both with `newer`'s value.
+fn newest_of<'e>(older: Vec<(&'e [u8], Option<&'e [u8]>)>, newer: impl Iterator<Item = (&'e [u8], Option<&'e [u8]>)>) -> Vec<(&'e [u8], Option<&'e [u8]>)> {
+    let mut merged = Vec::with_capacity(older.len());
+    let mut older = older.into_iter().peekable();
+    for (key, value) in newer {
+        while let Some(&(old, _)) = older.peek()
+            && old < key
+        {
+            merged.extend(older.next());
+        }
+        if older.peek().is_some_and(|&(old, _)| old == key) {
+            older.next();
+        }
+        merged.push((key, value));
+    }
+    merged.extend(older);
+    merged
 }
 
 /// The runs of groups from `group` on, then those before it: each run once.
@@ -374,11 +399,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_base_after_earlier_rounds_holds_each_key_once_with_its_newest_value() {
-        let first: Vec<Entry<'_>> = vec![(1, b"a", Some(b"1")), (2, b"b", Some(b"1")), (2, b"d", Some(b"1")), (3, b"z", Some(b"1"))];
-        let second: Vec<Entry<'_>> = vec![(2, b"b", None), (2, b"c", Some(b"2"))];
+    fn a_base_over_unfolded_and_earlier_rounds_holds_each_key_once_with_its_newest_value() {
+        let round = |entries: &[Entry<'_>]| {
+            let mut changes = StateChanges::new(0);
+            for &(group, key, value) in entries {
+                changes.push(group, key, value);
+            }
+            assert!(changes.sort().is_none());
+            changes
+        };
+        // An unfolded checkpoint's round, then one of this checkpoint's earlier rounds.
+        let first = round(&[(3, b"z", Some(b"1")), (2, b"d", Some(b"1")), (1, b"a", Some(b"1")), (2, b"b", Some(b"1"))]);
+        let second = round(&[(2, b"c", Some(b"2")), (2, b"b", None)]);
         let run: Vec<Entry<'_>> = vec![(2, b"a", Some(b"3")), (2, b"d", Some(b"3"))];
-        let merged = latest_in_group(&[first, second], 2, &run);
+        let merged = latest_in_group(&[&first, &second], 2, &run);
         let expected: Vec<Entry<'_>> = vec![(2, b"a", Some(b"3")), (2, b"b", None), (2, b"c", Some(b"2")), (2, b"d", Some(b"3"))];
         assert_eq!(merged, expected);
     }
