@@ -254,10 +254,10 @@ fn checkpoints_that_do_not_wait_for_a_slow_folder_survive_kills_and_stops() {
     assert!(joined >= Some(3), "no fold held three checkpoints or more ({joined:?}):\n{text}");
 }
 
-/// A folder far slower than the checkpoints: a base of checkpoint N reads N-1's state
-/// from the store, which is never there at a barrier, so bases waited for good and
-/// segments piled up. Once a group's base is overdue, the barrier waits for the folder,
-/// and bases come while the job runs; the output stays exact.
+/// A folder far slower than the checkpoints: the store is several checkpoints behind at
+/// every barrier, so a base merges the changes the folder has not written over the
+/// store's state. Bases come while the job runs (they once waited for the folder for
+/// good), and the state read back from the changelog alone keeps the output exact.
 #[test]
 fn bases_come_behind_a_folder_slower_than_the_checkpoints() {
     // Each write of the folder takes 300 ms more; checkpoints come every 100 ms. A base

@@ -21,8 +21,9 @@ use super::fault;
 /// How long after a write the folder holds committed checkpoints before the next. A key
 /// changed in each of them is written once: at 100 ms checkpoints of a window count over
 /// 100 k keys, a second's worth cost 13.1-13.4 CPU-s per 10 M records against 16.1-16.2
-/// at 300 ms. No checkpoint waits for the folder (bases merge what it holds), so only
-/// a restart's replay, from the store's positions, reads what it held.
+/// at 300 ms. An exactly-once checkpoint does not wait for it (bases merge what it
+/// holds; only `UNSENT_LIMIT` stops one), so holding costs memory, about a second of
+/// changes, and a restart's replay, from the store's positions, reads what it held.
 const GATHER: Duration = Duration::from_millis(1_000);
 /// Bytes of state changes the coordinator keeps while the folder writes; a checkpoint
 /// that would keep more waits for the folder.

@@ -189,8 +189,8 @@ impl<'a> ChangelogWriter<'a> {
         Ok(())
     }
 
-    /// Keeps checkpoint `n`'s rounds, written and committed, for the bases of later
-    /// checkpoints until the folder has written them into the store.
+    /// Keeps checkpoint `n`'s rounds, all written, for the bases of later checkpoints
+    /// until the folder has written them into the store (after `n`'s commit).
     pub(crate) fn keep(&mut self, n: u64, rounds: &[Arc<StateChanges>]) {
         if self.packed {
             let written = rounds.iter().filter(|round| !round.is_empty());
