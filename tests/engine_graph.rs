@@ -241,26 +241,14 @@ fn profiles(users: impl Iterator<Item = u64>, updated: bool, partitions: i32) ->
         .collect()
 }
 
-/// Whether the job's committed offsets have reached the end of every partition of `topic`.
+/// Whether the job's committed offsets have reached the end of every partition of `topic`
+/// (a broker error: not yet).
 fn committed_to_end(group: &str, topic: &Topic) -> bool {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", support::brokers())
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut query = rdkafka::TopicPartitionList::new();
-    for partition in 0..topic.partitions {
-        query.add_partition(&topic.name, partition);
-    }
-    let Ok(committed) = consumer.committed_offsets(query, support::WAIT) else {
+    let Ok(committed) = support::try_committed_with_metadata(group, &topic.name, topic.partitions) else {
         return false;
     };
-    committed.elements().iter().all(|element| {
-        let (_, high) = consumer.fetch_watermarks(&topic.name, element.partition(), support::WAIT).expect("watermarks");
-        matches!(element.offset(), rdkafka::Offset::Offset(at) if at >= high)
-    })
+    committed.len() == topic.partitions as usize
+        && committed.iter().all(|&(partition, at, _)| at >= support::end_offset(&topic.name, partition))
 }
 
 /// Runs the job unkilled until its committed offsets reach the end of `topic`, then kills it:
