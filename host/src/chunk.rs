@@ -222,6 +222,44 @@ fn prefix(key: &[u8]) -> u128 {
     u128::from_be_bytes(head)
 }
 
+/// A key ordered as its bytes are, mostly without a call to `memcmp`: by its first
+/// sixteen bytes as one integer, then, when neither key is longer, by length (the
+/// shorter is then the longer's start), else byte by byte.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OrderedKey<'a> {
+    prefix: u128,
+    key: &'a [u8],
+}
+
+impl<'a> OrderedKey<'a> {
+    pub(crate) fn new(key: &'a [u8]) -> Self {
+        OrderedKey { prefix: prefix(key), key }
+    }
+}
+
+impl Ord for OrderedKey<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.prefix.cmp(&other.prefix).then_with(|| match self.key.len().max(other.key.len()) <= 16 {
+            true => self.key.len().cmp(&other.key.len()),
+            false => self.key.cmp(other.key),
+        })
+    }
+}
+
+impl PartialOrd for OrderedKey<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for OrderedKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for OrderedKey<'_> {}
+
 /// Cuts checkpointed entries into the chunks `restore` is handed, the same way for a job
 /// (`state::cache` reads them) and `weir check`: in the order given, at most
 /// `max_bytes` of data per chunk, an entry bigger than that alone.
@@ -286,6 +324,20 @@ impl StateChanges {
         self.groups.push(group);
     }
 
+    /// Appends the entries of `chunk`, entry `i` in key group `groups[i]`: the chunk
+    /// itself, not a copy, when nothing came before (a round is mostly one chunk, which
+    /// `sort` lays out anew anyway).
+    pub(crate) fn append(&mut self, chunk: StateChunk, groups: Vec<u32>) {
+        debug_assert_eq!(chunk.len(), groups.len());
+        if self.is_empty() {
+            (self.chunk, self.groups) = (chunk, groups);
+            return;
+        }
+        for ((key, value), group) in chunk.iter().zip(groups) {
+            self.push(group, key, value);
+        }
+    }
+
     /// Orders the entries by group and key, as the store keeps them (its memtable
     /// inserts sorted keys several times faster than random ones); the entries of a key
     /// pushed twice stay in the order pushed. Returns a key that comes twice, if one does.
@@ -294,29 +346,52 @@ impl StateChanges {
     /// folder read it front to back: read through a list of indices, the folder's merge
     /// spent most of its time waiting for memory.
     pub(crate) fn sort(&mut self) -> Option<&[u8]> {
-        let order = self.order();
+        let (order, twice) = self.order();
         let mut chunk = StateChunk::with_capacity(self.chunk.data_len(), order.len());
         let mut groups = Vec::with_capacity(order.len());
-        for &index in &order {
+        for &(_, index) in &order {
             let (key, value) = self.chunk.get(index as usize);
             chunk.push(key, value);
             groups.push(self.groups[index as usize]);
         }
         (self.chunk, self.groups) = (chunk, groups);
-        let twice = (1..self.chunk.len()).find(|&i| self.chunk.get(i - 1).0 == self.chunk.get(i).0);
-        twice.map(|i| self.chunk.get(i).0)
+        twice.map(|at| self.chunk.get(at).0)
     }
 
-    /// Entry indices by group and key, a key pushed twice in the order pushed.
-    fn order(&self) -> Vec<u32> {
-        let keys: Vec<&[u8]> = self.chunk.iter().map(|(key, _)| key).collect();
-        // Most comparisons end in the group and the key's first sixteen bytes, compared as
-        // one integer; only keys alike that far are compared whole, then by position.
-        let mut sorted: Vec<(u32, u128, u32)> = keys.iter().enumerate().map(|(i, key)| (self.groups[i], prefix(key), i as u32)).collect();
-        sorted.sort_unstable_by(|a, b| {
-            (a.0, a.1).cmp(&(b.0, b.1)).then_with(|| keys[a.2 as usize].cmp(keys[b.2 as usize])).then(a.2.cmp(&b.2))
-        });
-        sorted.into_iter().map(|(.., index)| index).collect()
+    /// Each entry's key prefix and index, by group and key, a key pushed twice in the
+    /// order pushed; and the place in that order of a key's second entry, if one has two.
+    ///
+    /// A round's groups are the few its subtask owns: each entry is counted into its
+    /// group's place first, then each group's few hundred entries are sorted on their
+    /// keys' first sixteen bytes, compared as one integer. Only keys alike that far are
+    /// compared whole.
+    fn order(&self) -> (Vec<(u128, u32)>, Option<usize>) {
+        let (Some(&low), Some(&high)) = (self.groups.iter().min(), self.groups.iter().max()) else {
+            return (Vec::new(), None);
+        };
+        let mut starts = vec![0usize; (high - low) as usize + 2];
+        for &group in &self.groups {
+            starts[(group - low) as usize + 1] += 1;
+        }
+        for at in 1..starts.len() {
+            starts[at] += starts[at - 1];
+        }
+        let mut next = starts.clone();
+        let mut sorted = vec![(0u128, 0u32); self.groups.len()];
+        for (index, ((key, _), &group)) in self.chunk.iter().zip(&self.groups).enumerate() {
+            let at = &mut next[(group - low) as usize];
+            sorted[*at] = (prefix(key), index as u32);
+            *at += 1;
+        }
+        let key = |index: u32| self.chunk.get(index as usize).0;
+        let mut twice = None;
+        for bounds in starts.windows(2) {
+            let group = &mut sorted[bounds[0]..bounds[1]];
+            group.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| key(a.1).cmp(key(b.1))).then(a.1.cmp(&b.1)));
+            let tie = (1..group.len()).find(|&i| group[i - 1].0 == group[i].0 && key(group[i - 1].1) == key(group[i].1));
+            twice = twice.or(tie.map(|i| bounds[0] + i));
+        }
+        (sorted, twice)
     }
 
     /// Each entry as `(group, key, value)`, `None` a removal: by group and key once
@@ -383,22 +458,22 @@ pub(crate) type StageEntry<'a> = (u32, (u32, &'a [u8], Option<&'a [u8]>));
 pub(crate) fn latest_of<'a>(changes: &[&'a StateChanges]) -> Vec<StageEntry<'a>> {
     use std::cmp::Reverse;
     let mut runs: Vec<_> = changes.iter().map(|c| c.entries().peekable()).collect();
-    // Least (stage, group, key) first (the key's prefix compared before the key); of one
-    // key, the newest run first.
+    // Least (stage, group, key) first; of one key, the newest run first.
     let mut heads = std::collections::BinaryHeap::new();
     for (run, entries) in runs.iter_mut().enumerate() {
         if let Some(&(group, key, _)) = entries.peek() {
-            heads.push(Reverse((changes[run].stage, group, prefix(key), key, Reverse(run))));
+            heads.push(Reverse((changes[run].stage, group, OrderedKey::new(key), Reverse(run))));
         }
     }
     let mut out: Vec<StageEntry<'_>> = Vec::with_capacity(changes.iter().map(|c| c.size().0 as usize).sum());
-    while let Some(Reverse((stage, group, _, key, Reverse(run)))) = heads.pop() {
+    let mut last = None;
+    while let Some(Reverse((stage, group, key, Reverse(run)))) = heads.pop() {
         let (_, _, value) = runs[run].next().expect("peeked");
         if let Some(&(group, key, _)) = runs[run].peek() {
-            heads.push(Reverse((stage, group, prefix(key), key, Reverse(run))));
+            heads.push(Reverse((stage, group, OrderedKey::new(key), Reverse(run))));
         }
-        if out.last().is_none_or(|&(s, (g, k, _))| (s, g, k) != (stage, group, key)) {
-            out.push((stage, (group, key, value)));
+        if last.replace((stage, group, key)) != Some((stage, group, key)) {
+            out.push((stage, (group, key.key, value)));
         }
     }
     out
@@ -454,6 +529,19 @@ mod tests {
     }
 
     #[test]
+    fn ordered_keys_compare_as_their_bytes() {
+        let keys: [&[u8]; 12] = [
+            b"", b"\x00", b"\x00\x00", b"a", b"a\x00", b"user-012345", b"user-0123456789ab", b"user-0123456789a",
+            b"user-0123456789ab\x00", b"user-0123456789ab\x01", b"user-0123456789ac", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(OrderedKey::new(a).cmp(&OrderedKey::new(b)), a.cmp(b), "{a:?} against {b:?}");
+            }
+        }
+    }
+
+    #[test]
     fn changes_sort_by_group_and_key_and_find_a_key_given_twice() {
         let mut changes = StateChanges::new(0);
         changes.push(2, b"a", Some(b"1"));
@@ -477,6 +565,14 @@ mod tests {
         );
         let b: Vec<_> = changes.entries().filter(|(_, key, _)| key == b"b").map(|(.., value)| value).collect();
         assert_eq!(b, [Some(&b"2"[..]), None], "in the order pushed");
+        assert_eq!(StateChanges::new(0).sort(), None);
+        let mut far = StateChanges::new(0);
+        for (group, key) in [(703, &b"user-000000000000\x01"[..]), (700, b"z"), (703, b"user-000000000000"), (703, b"user-000000000000\x01")] {
+            far.push(group, key, None);
+        }
+        assert_eq!(far.sort(), Some(&b"user-000000000000\x01"[..]), "a long key twice, past the first group");
+        let groups: Vec<_> = far.entries().map(|(group, ..)| group).collect();
+        assert_eq!(groups, [700, 703, 703, 703]);
     }
 
     fn entry(key_offset: u32, key_len: u32, value_offset: u32, value_len: u32, removed: bool) -> StateEntry {

@@ -45,14 +45,15 @@ impl Round {
     }
 
     /// Adds `chunk`'s entries, each in the key group `group_of` gives it, or refused with
-    /// the reason `group_of` returns. Each is checked before it is copied.
+    /// the reason `group_of` returns. All are checked before any is kept.
     pub(crate) fn add(
         &mut self,
-        chunk: &StateChunk,
+        chunk: StateChunk,
         mut group_of: impl FnMut(&[u8]) -> Result<u32, String>,
     ) -> Result<(), RoundError> {
+        let mut groups = Vec::with_capacity(chunk.len());
         for (key, value) in chunk.iter() {
-            let group = group_of(key).map_err(RoundError::Refused)?;
+            groups.push(group_of(key).map_err(RoundError::Refused)?);
             let bytes = key.len() + value.map_or(0, <[u8]>::len);
             if bytes > MAX_ENTRY_BYTES {
                 return Err(RoundError::EntryTooLarge { key: shown_key(key), bytes });
@@ -61,8 +62,8 @@ impl Round {
             if self.held > self.cap {
                 return Err(RoundError::OverCap { cap: self.cap });
             }
-            self.changes.push(group, key, value);
         }
+        self.changes.append(chunk, groups);
         Ok(())
     }
 
@@ -103,8 +104,8 @@ mod tests {
     #[test]
     fn a_round_keeps_its_changes_by_key() {
         let mut round = Round::new(3, 1 << 20);
-        round.add(&chunk(&[(b"b", Some(b"2")), (b"a", None)]), any).unwrap();
-        round.add(&chunk(&[(b"c", Some(b""))]), |key| Ok(u32::from(key[0]))).unwrap();
+        round.add(chunk(&[(b"b", Some(b"2")), (b"a", None)]), any).unwrap();
+        round.add(chunk(&[(b"c", Some(b""))]), |key| Ok(u32::from(key[0]))).unwrap();
         let changes = round.finish().unwrap();
         assert_eq!(changes.stage, 3);
         let entries: Vec<_> = changes.entries().collect();
@@ -114,8 +115,8 @@ mod tests {
     #[test]
     fn a_key_twice_across_chunks_is_refused_at_the_end() {
         let mut round = Round::new(0, 1 << 20);
-        round.add(&chunk(&[(b"k", Some(b"1"))]), any).unwrap();
-        round.add(&chunk(&[(b"k", None)]), any).unwrap();
+        round.add(chunk(&[(b"k", Some(b"1"))]), any).unwrap();
+        round.add(chunk(&[(b"k", None)]), any).unwrap();
         let error = round.finish().unwrap_err();
         assert_eq!(error.to_string(), "key b\"k\" comes twice in one round");
     }
@@ -124,9 +125,9 @@ mod tests {
     fn an_entry_over_one_changelog_record_is_refused() {
         let mut round = Round::new(0, 1 << 30);
         let fits = vec![0; MAX_ENTRY_BYTES - 1];
-        round.add(&chunk(&[(b"a", Some(&fits))]), any).unwrap();
+        round.add(chunk(&[(b"a", Some(&fits))]), any).unwrap();
         let key = vec![b'x'; MAX_ENTRY_BYTES + 1];
-        let error = round.add(&chunk(&[(&key, None)]), any).unwrap_err();
+        let error = round.add(chunk(&[(&key, None)]), any).unwrap_err();
         assert!(matches!(error, RoundError::EntryTooLarge { bytes, .. } if bytes == MAX_ENTRY_BYTES + 1), "{error}");
         assert!(error.to_string().contains(&format!("b\"{}\"... ({} bytes)", "x".repeat(64), key.len())), "{error}");
     }
@@ -136,9 +137,9 @@ mod tests {
         // 8 entries of 2 bytes each hold 8 * 130 bytes: a cap of 1,039 stops the eighth.
         let mut round = Round::new(0, 8 * (2 + ENTRY_OVERHEAD_BYTES) - 1);
         for at in 0..7u8 {
-            round.add(&chunk(&[(&[at], Some(b"v"))]), any).unwrap();
+            round.add(chunk(&[(&[at], Some(b"v"))]), any).unwrap();
         }
-        let error = round.add(&chunk(&[(b"z", Some(b"v"))]), any).unwrap_err();
+        let error = round.add(chunk(&[(b"z", Some(b"v"))]), any).unwrap_err();
         assert!(matches!(error, RoundError::OverCap { cap: 1039 }), "{error}");
         assert!(Round::new(0, usize::MAX).cap <= u32::MAX as usize, "within a chunk's offsets");
     }
@@ -146,7 +147,7 @@ mod tests {
     #[test]
     fn a_key_the_caller_refuses_stops_the_round_with_its_reason() {
         let mut round = Round::new(0, 1 << 20);
-        let error = round.add(&chunk(&[(b"k", Some(b"v"))]), |key| Err(format!("not {}", shown_key(key)))).unwrap_err();
+        let error = round.add(chunk(&[(b"k", Some(b"v"))]), |key| Err(format!("not {}", shown_key(key)))).unwrap_err();
         assert_eq!(error.to_string(), "not b\"k\"");
     }
 }

@@ -299,7 +299,7 @@ impl OperatorInstance {
             if chunk.is_empty() {
                 return round.finish().map_err(|problem| self.invalid_state(problem.to_string()));
             }
-            round.add(&chunk, &mut group_of).map_err(|problem| self.invalid_state(problem.to_string()))?;
+            round.add(chunk, &mut group_of).map_err(|problem| self.invalid_state(problem.to_string()))?;
         }
     }
 
