@@ -163,6 +163,12 @@ impl StateChunk {
         self.data.len()
     }
 
+    /// Whether `data` holds exactly its entries' bytes: no more, as a chunk that crossed
+    /// from a guest may (`from_parts` checks only that each entry lies within it).
+    fn holds_only_its_entries(&self) -> bool {
+        self.entries.iter().map(StateEntry::bytes).sum::<u64>() == self.data.len() as u64
+    }
+
     /// Appends `key` with its new `value`, or its removal for `None`.
     ///
     /// # Panics
@@ -325,11 +331,13 @@ impl StateChanges {
     }
 
     /// Appends the entries of `chunk`, entry `i` in key group `groups[i]`: the chunk
-    /// itself, not a copy, when nothing came before (a round is mostly one chunk, which
-    /// `sort` lays out anew anyway).
+    /// itself, not a copy, when nothing came before and it holds only its entries' bytes
+    /// (a round is mostly one chunk, which `sort` lays out anew anyway). Copied, a
+    /// chunk's data is what its entries hold, which is what a round counts against its
+    /// cap.
     pub(crate) fn append(&mut self, chunk: StateChunk, groups: Vec<u32>) {
         debug_assert_eq!(chunk.len(), groups.len());
-        if self.is_empty() {
+        if self.is_empty() && chunk.holds_only_its_entries() {
             (self.chunk, self.groups) = (chunk, groups);
             return;
         }
@@ -361,37 +369,58 @@ impl StateChanges {
     /// Each entry's key prefix and index, by group and key, a key pushed twice in the
     /// order pushed; and the place in that order of a key's second entry, if one has two.
     ///
-    /// A round's groups are the few its subtask owns: each entry is counted into its
-    /// group's place first, then each group's few hundred entries are sorted on their
-    /// keys' first sixteen bytes, compared as one integer. Only keys alike that far are
-    /// compared whole.
+    /// Each group's entries (a few hundred in a round, whose groups are the few its
+    /// subtask owns) are sorted on their keys' first sixteen bytes, compared as one
+    /// integer; only keys alike that far are compared whole.
     fn order(&self) -> (Vec<(u128, u32)>, Option<usize>) {
-        let (Some(&low), Some(&high)) = (self.groups.iter().min(), self.groups.iter().max()) else {
-            return (Vec::new(), None);
-        };
-        let mut starts = vec![0usize; (high - low) as usize + 2];
-        for &group in &self.groups {
-            starts[(group - low) as usize + 1] += 1;
-        }
-        for at in 1..starts.len() {
-            starts[at] += starts[at - 1];
-        }
-        let mut next = starts.clone();
-        let mut sorted = vec![(0u128, 0u32); self.groups.len()];
-        for (index, ((key, _), &group)) in self.chunk.iter().zip(&self.groups).enumerate() {
-            let at = &mut next[(group - low) as usize];
-            sorted[*at] = (prefix(key), index as u32);
-            *at += 1;
-        }
+        let (mut sorted, ends) = self.by_group();
         let key = |index: u32| self.chunk.get(index as usize).0;
         let mut twice = None;
-        for bounds in starts.windows(2) {
-            let group = &mut sorted[bounds[0]..bounds[1]];
+        let mut start = 0;
+        for end in ends {
+            let group = &mut sorted[start..end as usize];
             group.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| key(a.1).cmp(key(b.1))).then(a.1.cmp(&b.1)));
             let tie = (1..group.len()).find(|&i| group[i - 1].0 == group[i].0 && key(group[i - 1].1) == key(group[i].1));
-            twice = twice.or(tie.map(|i| bounds[0] + i));
+            twice = twice.or(tie.map(|i| start + i));
+            start = end as usize;
         }
         (sorted, twice)
+    }
+
+    /// Each entry's key prefix and index, by group, each group's in the order pushed,
+    /// and where each group's entries end: counted into their group's place when the
+    /// groups are dense, as a subtask's are; else sorted, so that no count is kept per
+    /// group number between the least and the greatest.
+    fn by_group(&self) -> (Vec<(u128, u32)>, Vec<u32>) {
+        let entries = self.chunk.iter().enumerate().map(|(index, (key, _))| (prefix(key), index as u32));
+        let (Some(&low), Some(&high)) = (self.groups.iter().min(), self.groups.iter().max()) else {
+            return (Vec::new(), Vec::new());
+        };
+        let span = (high - low) as usize + 1;
+        if span > 2 * self.groups.len() + 64 {
+            let mut grouped: Vec<(u128, u32)> = entries.collect();
+            grouped.sort_by_key(|&(_, index)| self.groups[index as usize]);
+            let group_at = |at: usize| self.groups[grouped[at].1 as usize];
+            let ends = (1..=grouped.len()).filter(|&at| at == grouped.len() || group_at(at) != group_at(at - 1));
+            let ends = ends.map(|at| at as u32).collect();
+            return (grouped, ends);
+        }
+        // Each group's first place, then, as its entries are placed, its next.
+        let mut next = vec![0u32; span];
+        for &group in &self.groups {
+            next[(group - low) as usize] += 1;
+        }
+        let mut at = 0;
+        for count in &mut next {
+            (*count, at) = (at, at + *count);
+        }
+        let mut grouped = vec![(0u128, 0u32); self.groups.len()];
+        for (entry, &group) in entries.zip(&self.groups) {
+            let place = &mut next[(group - low) as usize];
+            grouped[*place as usize] = entry;
+            *place += 1;
+        }
+        (grouped, next)
     }
 
     /// Each entry as `(group, key, value)`, `None` a removal: by group and key once
@@ -573,6 +602,13 @@ mod tests {
         assert_eq!(far.sort(), Some(&b"user-000000000000\x01"[..]), "a long key twice, past the first group");
         let groups: Vec<_> = far.entries().map(|(group, ..)| group).collect();
         assert_eq!(groups, [700, 703, 703, 703]);
+        let mut sparse = StateChanges::new(0);
+        for (group, key) in [(4_000_000_000, &b"b"[..]), (7, b"b"), (4_000_000_000, b"a"), (7, b"a"), (7, b"b")] {
+            sparse.push(group, key, None);
+        }
+        assert_eq!(sparse.sort(), Some(&b"b"[..]), "groups far apart are sorted, not counted");
+        let sorted: Vec<_> = sparse.entries().map(|(group, key, _)| (group, key)).collect();
+        assert_eq!(sorted, [(7, &b"a"[..]), (7, b"b"), (7, b"b"), (4_000_000_000, b"a"), (4_000_000_000, b"b")]);
     }
 
     fn entry(key_offset: u32, key_len: u32, value_offset: u32, value_len: u32, removed: bool) -> StateEntry {
@@ -626,6 +662,22 @@ mod tests {
         let error = StateChunk::check_size(32 << 20, 0).unwrap_err();
         assert!(matches!(error, ChunkError::Oversized { bytes: 33_554_432, entries: 0 }), "{error}");
         assert!(StateChunk::check_size(0, MAX_WIRE_ENTRIES + 1).is_err());
+    }
+
+    #[test]
+    fn a_round_keeps_a_chunk_as_it_came_only_if_it_holds_nothing_but_its_entries() {
+        let padded = StateChunk::from_parts(vec![7; 32], vec![entry(0, 1, 1, 2, false)], 32).unwrap();
+        let mut changes = StateChanges::new(0);
+        changes.append(padded, vec![0]);
+        assert_eq!(changes.size(), (1, 3), "copied: only the entry's bytes are held");
+        let aliased = StateChunk::from_parts(vec![7; 3], vec![entry(0, 1, 1, 2, false), entry(0, 3, 0, 0, true)], 32).unwrap();
+        let mut changes = StateChanges::new(0);
+        changes.append(aliased, vec![0, 0]);
+        assert_eq!(changes.size(), (2, 6), "copied: each entry's bytes once");
+        let packed = StateChunk::from_parts(vec![7; 3], vec![entry(0, 1, 1, 2, false)], 32).unwrap();
+        let mut changes = StateChanges::new(0);
+        changes.append(packed, vec![0]);
+        assert_eq!(changes.size(), (1, 3));
     }
 
     #[test]
