@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 /// The key groups of every test job.
 pub const KEY_GROUPS: u32 = 32;
-/// The partitions of a test job's changelog, as weir creates it for an input of 1, 2, 4
-/// or 8 partitions: several key groups in each.
-pub const CHANGELOG_PARTITIONS: u32 = 8;
+/// The partitions of a test job's changelog, as weir creates it for an input of 1, 2 or
+/// 4 partitions: several key groups in each.
+pub const CHANGELOG_PARTITIONS: u32 = 4;
 
 pub struct JobDir {
     pub dir: tempfile::TempDir,

@@ -15,7 +15,7 @@
 //!                                 # default: the smallest multiple of the input's partition count
 //!                                 # that is at least 128; fixed by the job's first checkpoint
 //! changelog_topic = "clicks-per-user-changelog"  # default: "<name>-changelog"; on the sink's brokers,
-//!                                 # created (one partition per key group, compacted) when missing
+//!                                 # created (compacted, a few partitions of several key groups) when missing
 //! checkpoint_interval_ms = 1000   # 10..=600000, and at most half the sink's transaction.timeout.ms
 //! state_dir = "state"             # the checkpoint store; relative to this file's directory
 //! scale_out = false               # true: every process started with this file joins one job

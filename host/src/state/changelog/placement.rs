@@ -13,9 +13,12 @@
 use crate::dataflow::KeyGroups;
 
 /// How many partitions a new changelog has at least (fewer only with fewer key groups):
-/// enough for a restore's readers to share out, few enough that a commit's markers cost
-/// little (8 partitions: commits of 17 / 61 ms p50 / p99, against 196 / 434 ms for 128).
-const NEW_PARTITIONS: u32 = 8;
+/// one for each of a restore's readers (`replay::MAX_READERS`), and no more, since every
+/// partition a checkpoint touches costs the broker its own batches and commit marker.
+/// 8 partitions had commits of 17 / 61 ms p50 / p99 against 196 / 434 ms for 128; at
+/// 100 ms checkpoints 8 cost the broker's request threads a sixth more CPU than 4
+/// (docs/benchmarks.md).
+const NEW_PARTITIONS: u32 = 4;
 
 /// A job's key groups and its changelog's partition count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,11 +74,13 @@ mod tests {
     #[test]
     fn a_new_changelog_has_a_few_partitions_a_multiple_of_the_inputs() {
         let groups = KeyGroups::new(128);
-        assert_eq!(Placement::for_new(groups, 4).partitions(), 8);
-        assert_eq!(Placement::for_new(groups, 1).partitions(), 8);
-        assert_eq!(Placement::for_new(KeyGroups::new(132), 6).partitions(), 12);
+        assert_eq!(Placement::for_new(groups, 4).partitions(), 4);
+        assert_eq!(Placement::for_new(groups, 1).partitions(), 4);
+        assert_eq!(Placement::for_new(groups, 3).partitions(), 6);
+        assert_eq!(Placement::for_new(groups, 8).partitions(), 8);
+        assert_eq!(Placement::for_new(KeyGroups::new(132), 6).partitions(), 6);
         assert_eq!(Placement::for_new(KeyGroups::new(256), 128).partitions(), 128);
-        assert_eq!(Placement::for_new(KeyGroups::new(4), 2).partitions(), 4, "no more partitions than groups");
+        assert_eq!(Placement::for_new(KeyGroups::new(2), 1).partitions(), 2, "no more partitions than groups");
         for input in [1, 2, 3, 4, 6, 8, 12, 16] {
             let groups = KeyGroups::default_for(input);
             assert!(Placement::for_new(groups, input).follows_input(input), "{input} input partitions");
