@@ -13,12 +13,12 @@
 use crate::dataflow::KeyGroups;
 
 /// How many partitions a new changelog has at least (fewer only with fewer key groups):
-/// one for each of a restore's readers (`replay::MAX_READERS`), and no more, since every
-/// partition a checkpoint touches costs the broker its own batches and commit marker.
+/// one for each of a restore's readers, and no more, since every partition a checkpoint
+/// touches costs the broker its own batches and commit marker.
 /// 8 partitions had commits of 17 / 61 ms p50 / p99 against 196 / 434 ms for 128; at
 /// 100 ms checkpoints 8 cost the broker's request threads a sixth more CPU than 4
 /// (docs/benchmarks.md).
-const NEW_PARTITIONS: u32 = 4;
+const NEW_PARTITIONS: u32 = super::replay::MAX_READERS as u32;
 
 /// A job's key groups and its changelog's partition count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,7 +31,8 @@ const WRITE_BATCH: usize = 100_000;
 /// The most threads a replay reads with, each a consumer of its own share of the
 /// partitions (no more than the machine has cores): parsing and the store's writes are
 /// most of a replay's work, and a partition's key groups are independent of the others'.
-const MAX_READERS: usize = 4;
+/// A new changelog has as many partitions (`placement::NEW_PARTITIONS`).
+pub(super) const MAX_READERS: usize = 4;
 
 /// What a replay read.
 #[derive(Default)]
