@@ -849,6 +849,27 @@ fn a_changelog_recreated_empty_is_written_again_from_the_state_dir() {
     finish_from_the_changelog_alone(&job, &log, so_far);
 }
 
+/// A state_dir kept beside a changelog of eight partitions (what weir created before it
+/// created four), whose topic is then deleted: weir creates it anew with today's count
+/// and writes the state_dir's state into it by that count, so that the state then comes
+/// back from the new changelog alone.
+#[test]
+fn a_deleted_changelog_of_eight_partitions_is_written_again_into_four() {
+    let job = job::job_dir("reseed-eight");
+    let changelog = format!("{}-changelog", job.name);
+    support::create_topic_with(&changelog, 8, &[("cleanup.policy", "compact")]);
+    let log = log_of(&job, "weir.log");
+    let so_far = stop_with_open_windows(&job, &log);
+    assert_eq!(support::partition_count(&changelog), 8, "the job took the changelog made beforehand as it was");
+    support::delete_topic(&changelog);
+
+    run_to_next_commit(&job, &log);
+    let text = job::read_log(&log);
+    assert!(text.contains("lost the job's state") && text.contains("the topic did not exist"), "{text}");
+    assert_eq!(support::partition_count(&changelog), job::CHANGELOG_PARTITIONS as usize, "{text}");
+    finish_from_the_changelog_alone(&job, &log, so_far);
+}
+
 /// Every line of `stderr` parsed as one JSON object; panics naming a line that is not.
 fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
     stderr
