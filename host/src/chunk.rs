@@ -4,8 +4,10 @@
 //! its length. The limits `wit/operator.wit` sets a plugin are checked here, once for a
 //! job and `weir check` alike: a chunk as it crosses (`from_parts`), a round in `round`.
 
+mod latest;
 mod round;
 
+pub(crate) use latest::latest_of;
 pub(crate) use round::{Round, shown_key};
 
 /// The data bytes of a chunk either way across the boundary: what the host asks of
@@ -482,60 +484,9 @@ pub struct GroupLog {
 /// A stage's changed key: `(stage, (group, key, value))`, `None` a removal.
 pub(crate) type StageEntry<'a> = (u32, (u32, &'a [u8], Option<&'a [u8]>));
 
-/// The entries of `changes` (each sorted, the later ones newer), each key once with its
-/// newest value, by stage, group and key.
-pub(crate) fn latest_of<'a>(changes: &[&'a StateChanges]) -> Vec<StageEntry<'a>> {
-    use std::cmp::Reverse;
-    let mut runs: Vec<_> = changes.iter().map(|c| c.entries().peekable()).collect();
-    // Least (stage, group, key) first; of one key, the newest run first.
-    let mut heads = std::collections::BinaryHeap::new();
-    for (run, entries) in runs.iter_mut().enumerate() {
-        if let Some(&(group, key, _)) = entries.peek() {
-            heads.push(Reverse((changes[run].stage, group, OrderedKey::new(key), Reverse(run))));
-        }
-    }
-    let mut out: Vec<StageEntry<'_>> = Vec::with_capacity(changes.iter().map(|c| c.size().0 as usize).sum());
-    let mut last = None;
-    while let Some(Reverse((stage, group, key, Reverse(run)))) = heads.pop() {
-        let (_, _, value) = runs[run].next().expect("peeked");
-        if let Some(&(group, key, _)) = runs[run].peek() {
-            heads.push(Reverse((stage, group, OrderedKey::new(key), Reverse(run))));
-        }
-        if last.replace((stage, group, key)) != Some((stage, group, key)) {
-            out.push((stage, (group, key.key, value)));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_latest_of_several_rounds_keeps_each_key_once_with_its_newest_value() {
-        type Change<'a> = (u32, &'a [u8], Option<&'a [u8]>);
-        let round = |stage: u32, entries: &[Change<'_>]| {
-            let mut changes = StateChanges::new(stage);
-            for &(group, key, value) in entries {
-                changes.push(group, key, value);
-            }
-            let _ = changes.sort();
-            changes
-        };
-        let older = round(0, &[(1, b"a", Some(b"1")), (1, b"b", Some(b"1")), (2, b"c", Some(b"1"))]);
-        let other_stage = round(1, &[(1, b"a", Some(b"s"))]);
-        let newer = round(0, &[(1, b"b", None), (2, b"c", Some(b"2")), (2, b"d", Some(b"2"))]);
-        let merged = latest_of(&[&older, &other_stage, &newer]);
-        let want: Vec<StageEntry<'_>> = vec![
-            (0, (1, b"a", Some(b"1"))),
-            (0, (1, b"b", None)),
-            (0, (2, b"c", Some(b"2"))),
-            (0, (2, b"d", Some(b"2"))),
-            (1, (1, b"a", Some(b"s"))),
-        ];
-        assert_eq!(merged, want);
-    }
 
     #[test]
     fn a_prefix_is_the_first_sixteen_bytes_zero_padded() {
