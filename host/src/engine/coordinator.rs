@@ -2,8 +2,8 @@
 //! gathers every task's entry into the store (operator subtasks have written their
 //! keyed state changes to the changelog themselves), writes the checkpoint record to
 //! the changelog in N's Kafka transaction, seals N in the store (synced), and makes
-//! the Kafka transaction commit the single decision point for N (DESIGN.md §2). While
-//! the commit runs it reads where the changelog partitions N wrote end; once N is
+//! the Kafka transaction commit the single decision point for N (DESIGN.md §2). Just
+//! before the commit it reads where the changelog partitions N wrote end; once N is
 //! committed, the folder (`graph.rs`) folds N's changes into the store's state with
 //! those positions.
 
@@ -231,6 +231,12 @@ impl Coordinator<'_> {
             fault::point_after(Step::AfterChangesSealed, n, || drop(self.sink.flush_pending()));
         }
         tracing::debug!(checkpoint = n, "checkpoint sealed; committing it in Kafka");
+        // Before the commit: records another instance wrote after fencing this one may be
+        // among these ends, but then this commit fails and nothing is folded; and nothing
+        // of n+1 is written yet. Records of n not yet flushed may lie past them, which only
+        // makes a replay read them again.
+        self.advance_positions(&changes)?;
+
         if self.abandoned() {
             // The process lost its partitions while this checkpoint was gathered.
             return Err(TaskFailure::Stopped);
@@ -238,22 +244,8 @@ impl Coordinator<'_> {
         fault::slow_commit();
         let what = format!("the Kafka commit of checkpoint {n}");
         let timer = Instant::now();
-        // Where the changelog partitions n wrote end is read while the commit runs, off
-        // its path: nothing of n+1 is written before both are done. Records another
-        // instance wrote after fencing this one may be among these ends, but then this
-        // commit fails and nothing is folded. Records of n not yet flushed, and the
-        // commit's markers, may lie on either side of them, which only makes a replay
-        // read a few of n's records again.
-        let written = self.written_partitions(&changes);
-        let (committed, ends) = std::thread::scope(|scope| {
-            let ends = (!written.is_empty()).then(|| scope.spawn(|| self.changelog_ends.of(&written)));
-            let committed = self.watchdog.guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.inputs, &offsets));
-            (committed, ends.map(|ends| ends.join().expect("reading the changelog's ends panicked")))
-        });
-        committed?;
-        if let Some(ends) = ends {
-            self.positions.extend(ends?);
-        }
+        self.watchdog
+            .guard(what, sink::COMMIT_BOUND, || self.sink.commit(n, self.inputs, &offsets))?;
         let commit_time = timer.elapsed();
         self.metrics.dead_letter_records().inc_by(self.sink.take_dead_letters());
         fault::point(Step::AfterCommit, n);
@@ -334,9 +326,16 @@ impl Coordinator<'_> {
         self.abandon.as_ref().is_some_and(|abandon| abandon.load(Ordering::Relaxed))
     }
 
-    /// The changelog partitions a checkpoint's `changes` wrote.
-    fn written_partitions(&self, changes: &[Arc<StateChanges>]) -> BTreeSet<i32> {
-        changes.iter().flat_map(|c| c.groups()).map(|group| self.placement.partition_of(group)).collect()
+    /// Moves the positions of the changelog partitions a checkpoint wrote to where they
+    /// end now.
+    fn advance_positions(&mut self, changes: &[Arc<StateChanges>]) -> Result<(), TaskFailure> {
+        let placement = self.placement;
+        let written: BTreeSet<i32> = changes.iter().flat_map(|c| c.groups()).map(|group| placement.partition_of(group)).collect();
+        if written.is_empty() {
+            return Ok(());
+        }
+        self.positions.extend(self.changelog_ends.of(&written)?);
+        Ok(())
     }
 }
 
