@@ -100,7 +100,8 @@ impl<'c, 'a> Tournament<'c, 'a> {
 
     /// The least head of all runs, its run's next entry put in its place.
     fn pop(&mut self) -> Option<Head<'a>> {
-        let run = *self.losers.first()?;
+        // No run at all leaves the winner's place naming none.
+        let run = self.losers[0];
         let taken = self.heads.get(run).copied().flatten()?;
         self.next[run] += 1;
         self.heads[run] = self.head(run);
