@@ -73,11 +73,17 @@ pub(super) struct OperatorTask<'a> {
 /// round holds about the last quarter's. A key changed in two rounds is written twice,
 /// so early rounds stay off while a checkpoint's records are more than 3 per distinct key
 /// they change; whether they were on or not, that count is the same, and so, about, is
-/// the rounds' time.
+/// the rounds' time. The quarters are counted from the barrier, start to start, and a
+/// round that would, by the last one's time, still run when the next barrier is due an
+/// interval after the last is left to that barrier: a barrier that finds the subtask in
+/// a round waits for it, and so does every source that feeds the subtask, its channel
+/// full, and with them every other subtask's barrier.
 pub(super) struct EarlyRounds {
     interval: Duration,
     every: Duration,
     next: Instant,
+    /// What the last early round took, its write included.
+    last: Duration,
     /// Whether the last checkpoint's changes make early rounds worth their repeats.
     on: bool,
     /// Rounds that take less than this in a checkpoint are left at the barrier.
@@ -118,6 +124,7 @@ impl EarlyRounds {
             interval,
             every,
             next: Instant::now() + every,
+            last: Duration::ZERO,
             on: forced,
             worth: (interval / 10).max(EARLY_MIN_SPENT),
             spent: Duration::ZERO,
@@ -130,7 +137,17 @@ impl EarlyRounds {
     }
 
     fn due(&self) -> bool {
-        self.on && Instant::now() >= self.next
+        let now = Instant::now();
+        let done_by_barrier = now + self.last < self.since + self.interval;
+        self.on && now >= self.next && (done_by_barrier || self.forced)
+    }
+
+    /// An early round that started at `started` is over: the next starts a quarter
+    /// after it, or soon, if this one took longer.
+    fn over(&mut self, started: Instant) {
+        let now = Instant::now();
+        self.last = now - started;
+        self.next = (started + self.every).max(now + EARLY_MIN_EVERY);
     }
 
     /// Counts a round's keys into the checkpoint's sample.
@@ -173,7 +190,7 @@ impl EarlyRounds {
         self.sampled.clear();
         let now = Instant::now();
         self.since = now.checked_sub(took).unwrap_or(now);
-        self.next = now + self.every;
+        self.next = self.since + self.every;
         let mut rounds = std::mem::take(&mut self.held);
         rounds.push(last);
         rounds
@@ -366,7 +383,7 @@ impl OperatorTask<'_> {
             fault::point_after(Step::InEarlyRound, n, || drop(self.changelog.deliver()));
             self.early.hold(changes, started.elapsed());
         }
-        self.early.next = Instant::now() + self.early.every;
+        self.early.over(started);
         Ok(())
     }
 
@@ -443,5 +460,47 @@ impl OperatorTask<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Early rounds on, the last of them `last` long, the last barrier `ago`.
+    fn rounds(last: Duration, ago: Duration) -> EarlyRounds {
+        let mut early = EarlyRounds::new(Duration::from_secs(1));
+        let now = Instant::now();
+        (early.on, early.forced, early.last) = (true, false, last);
+        (early.since, early.next) = (now - ago, now - ago);
+        early
+    }
+
+    #[test]
+    fn a_round_that_would_meet_the_next_barrier_is_left_to_it() {
+        let ms = Duration::from_millis;
+        assert!(rounds(ms(200), ms(500)).due(), "ends 300 ms before the barrier");
+        assert!(!rounds(ms(200), ms(850)).due(), "would end 50 ms after the barrier");
+        assert!(!rounds(ms(0), ms(1_100)).due(), "the barrier is late: whatever comes is the barrier's");
+        let mut forced = rounds(ms(200), ms(850));
+        forced.forced = true;
+        assert!(forced.due(), "the crash tests' rounds come whenever due");
+    }
+
+    #[test]
+    fn rounds_start_a_quarter_apart_from_the_barrier() {
+        let mut early = rounds(Duration::ZERO, Duration::ZERO);
+        let started = Instant::now();
+        early.over(started);
+        assert_eq!(early.next, started + early.every, "counted start to start");
+        let long_ago = started - early.every * 3;
+        early.over(long_ago);
+        assert!(early.next >= Instant::now() + EARLY_MIN_EVERY - Duration::from_millis(1), "a round longer than a quarter is followed soon, not at once");
+        assert!(early.last >= early.every * 3);
+
+        let took = Duration::from_millis(40);
+        let rounds = early.take(StateChanges::default(), took);
+        assert_eq!(rounds.len(), 1);
+        assert_eq!(early.next, early.since + early.every, "a quarter after the barrier's round began");
     }
 }
