@@ -73,17 +73,21 @@ pub(super) struct OperatorTask<'a> {
 /// round holds about the last quarter's. A key changed in two rounds is written twice,
 /// so early rounds stay off while a checkpoint's records are more than 3 per distinct key
 /// they change; whether they were on or not, that count is the same, and so, about, is
-/// the rounds' time. The quarters are counted from the barrier, start to start, and a
-/// round that would, by the last one's time, still run when the next barrier is due an
-/// interval after the last is left to that barrier: a barrier that finds the subtask in
-/// a round waits for it, and so does every source that feeds the subtask, its channel
-/// full, and with them every other subtask's barrier.
+/// the rounds' time. The quarters are counted from the barrier, start to start (a round
+/// longer than a quarter is followed 20 ms after it ends), and a round that would still
+/// run when the next barrier reaches the subtask, an interval after the last did, is
+/// left to that barrier: a barrier that finds the subtask in a round waits for it, and so
+/// does every source that feeds the subtask, its channel full, and with them every other
+/// subtask's barrier. How long a round would take is judged from the last round, early or
+/// at the barrier: its time per second of input it covered.
 pub(super) struct EarlyRounds {
     interval: Duration,
     every: Duration,
     next: Instant,
-    /// What the last early round took, its write included.
-    last: Duration,
+    /// The last round's time, its write included, per second of input it covered.
+    rate: f64,
+    /// When the last round, early or at the barrier, began: the next covers the input since.
+    snapshot: Instant,
     /// Whether the last checkpoint's changes make early rounds worth their repeats.
     on: bool,
     /// Rounds that take less than this in a checkpoint are left at the barrier.
@@ -112,6 +116,8 @@ const EARLY_RECORDS_PER_KEY: f64 = 3.0;
 const EARLY_MIN_SPENT: Duration = Duration::from_millis(50);
 /// The shortest time between early rounds.
 const EARLY_MIN_EVERY: Duration = Duration::from_millis(20);
+/// A round's time per second of input is taken as at most this: a judgement, bounded.
+const MAX_RATE: f64 = 1_000.0;
 /// One changed key in this many is counted (by its hash's top bits, which the key
 /// groups, taken from the low bits, leave evenly spread).
 const SAMPLE: u32 = 8;
@@ -124,7 +130,8 @@ impl EarlyRounds {
             interval,
             every,
             next: Instant::now() + every,
-            last: Duration::ZERO,
+            rate: 0.0,
+            snapshot: Instant::now(),
             on: forced,
             worth: (interval / 10).max(EARLY_MIN_SPENT),
             spent: Duration::ZERO,
@@ -138,16 +145,23 @@ impl EarlyRounds {
 
     fn due(&self) -> bool {
         let now = Instant::now();
-        let done_by_barrier = now + self.last < self.since + self.interval;
+        let would_take = (now - self.snapshot).mul_f64(self.rate);
+        let done_by_barrier = now.checked_add(would_take).is_some_and(|end| end < self.since + self.interval);
         self.on && now >= self.next && (done_by_barrier || self.forced)
     }
 
-    /// An early round that started at `started` is over: the next starts a quarter
-    /// after it, or soon, if this one took longer.
+    /// A round that began at `started` took until now.
+    fn timed(&mut self, started: Instant) {
+        let (took, covered) = (started.elapsed(), started.saturating_duration_since(self.snapshot));
+        self.rate = (took.as_secs_f64() / covered.max(Duration::from_millis(1)).as_secs_f64()).min(MAX_RATE);
+        self.snapshot = started;
+    }
+
+    /// An early round that began at `started` is over: the next starts a quarter after
+    /// it, or soon, if this one took longer.
     fn over(&mut self, started: Instant) {
-        let now = Instant::now();
-        self.last = now - started;
-        self.next = (started + self.every).max(now + EARLY_MIN_EVERY);
+        self.timed(started);
+        self.next = (started + self.every).max(Instant::now() + EARLY_MIN_EVERY);
     }
 
     /// Counts a round's keys into the checkpoint's sample.
@@ -190,6 +204,7 @@ impl EarlyRounds {
         self.sampled.clear();
         let now = Instant::now();
         self.since = now.checked_sub(took).unwrap_or(now);
+        self.timed(self.since);
         self.next = self.since + self.every;
         let mut rounds = std::mem::take(&mut self.held);
         rounds.push(last);
@@ -467,40 +482,51 @@ impl OperatorTask<'_> {
 mod tests {
     use super::*;
 
-    /// Early rounds on, the last of them `last` long, the last barrier `ago`.
-    fn rounds(last: Duration, ago: Duration) -> EarlyRounds {
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    fn ago(by: Duration) -> Instant {
+        Instant::now().checked_sub(by).expect("the monotonic clock runs longer than a test's spans")
+    }
+
+    /// Early rounds on, each taking `rate` seconds per second of input; the last barrier
+    /// reached `barrier` ago, the last round began `round` ago.
+    fn rounds(rate: f64, barrier: Duration, round: Duration) -> EarlyRounds {
         let mut early = EarlyRounds::new(Duration::from_secs(1));
-        let now = Instant::now();
-        (early.on, early.forced, early.last) = (true, false, last);
-        (early.since, early.next) = (now - ago, now - ago);
+        (early.on, early.forced, early.rate) = (true, false, rate);
+        (early.since, early.next, early.snapshot) = (ago(barrier), ago(barrier), ago(round));
         early
     }
 
     #[test]
     fn a_round_that_would_meet_the_next_barrier_is_left_to_it() {
-        let ms = Duration::from_millis;
-        assert!(rounds(ms(200), ms(500)).due(), "ends 300 ms before the barrier");
-        assert!(!rounds(ms(200), ms(850)).due(), "would end 50 ms after the barrier");
-        assert!(!rounds(ms(0), ms(1_100)).due(), "the barrier is late: whatever comes is the barrier's");
-        let mut forced = rounds(ms(200), ms(850));
+        assert!(rounds(0.5, ms(500), ms(250)).due(), "125 ms from 500 ms: done 375 ms before the barrier");
+        assert!(!rounds(0.5, ms(800), ms(500)).due(), "250 ms from 800 ms: 50 ms past the barrier");
+        assert!(rounds(0.5, ms(800), ms(200)).due(), "100 ms from 800 ms: a round covering less is quicker");
+        assert!(!rounds(0.0, ms(1_100), ms(100)).due(), "the barrier is late: whatever comes is the barrier's");
+        let mut forced = rounds(0.5, ms(800), ms(500));
         forced.forced = true;
         assert!(forced.due(), "the crash tests' rounds come whenever due");
     }
 
     #[test]
     fn rounds_start_a_quarter_apart_from_the_barrier() {
-        let mut early = rounds(Duration::ZERO, Duration::ZERO);
-        let started = Instant::now();
+        let mut early = rounds(0.0, ms(300), ms(300));
+        let started = ago(ms(100));
         early.over(started);
         assert_eq!(early.next, started + early.every, "counted start to start");
-        let long_ago = started - early.every * 3;
-        early.over(long_ago);
-        assert!(early.next >= Instant::now() + EARLY_MIN_EVERY - Duration::from_millis(1), "a round longer than a quarter is followed soon, not at once");
-        assert!(early.last >= early.every * 3);
+        assert!((early.rate - 0.5).abs() < 0.2, "100 ms for the 200 ms of input since the last: {}", early.rate);
 
-        let took = Duration::from_millis(40);
+        let started = ago(early.every * 2);
+        early.over(started);
+        let soon = Instant::now() + EARLY_MIN_EVERY;
+        assert!(early.next <= soon && early.next + ms(50) >= soon, "a round longer than a quarter is followed 20 ms after it");
+
+        let took = ms(40);
         let rounds = early.take(StateChanges::default(), took);
         assert_eq!(rounds.len(), 1);
         assert_eq!(early.next, early.since + early.every, "a quarter after the barrier's round began");
+        assert_eq!(early.snapshot, early.since, "the next round covers the input since the barrier's");
     }
 }
