@@ -225,6 +225,7 @@ impl Coordinator<'_> {
             self.sink.send_checkpoint_record(self.changelog_topic, &record)?;
         }
         let size = self.seal(&checkpoint)?;
+        let sealed = started.elapsed() - gathered;
         fault::point(Step::AfterSeal, n);
         if !changes.is_empty() {
             // Flushed first: the kill finds the changes in the changelog, not in a queue.
@@ -235,7 +236,9 @@ impl Coordinator<'_> {
         // among these ends, but then this commit fails and nothing is folded; and nothing
         // of n+1 is written yet. Records of n not yet flushed may lie past them, which only
         // makes a replay read them again.
+        let timer = Instant::now();
         self.advance_positions(&changes)?;
+        let ends_time = timer.elapsed();
 
         if self.abandoned() {
             // The process lost its partitions while this checkpoint was gathered.
@@ -280,6 +283,8 @@ impl Coordinator<'_> {
             early_rounds,
             partitions = offsets.len(),
             gathered_ms = gathered.as_millis() as u64,
+            sealed_ms = sealed.as_millis() as u64,
+            ends_ms = ends_time.as_millis() as u64,
             commit_ms = commit_time.as_millis() as u64,
             "checkpoint committed"
         );
