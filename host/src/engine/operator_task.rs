@@ -143,25 +143,24 @@ impl EarlyRounds {
         }
     }
 
-    fn due(&self) -> bool {
-        let now = Instant::now();
+    fn due(&self, now: Instant) -> bool {
         let would_take = (now - self.snapshot).mul_f64(self.rate);
         let done_by_barrier = now.checked_add(would_take).is_some_and(|end| end < self.since + self.interval);
         self.on && now >= self.next && (done_by_barrier || self.forced)
     }
 
-    /// A round that began at `started` took until now.
-    fn timed(&mut self, started: Instant) {
-        let (took, covered) = (started.elapsed(), started.saturating_duration_since(self.snapshot));
+    /// A round that began at `started` took until `now`.
+    fn timed(&mut self, started: Instant, now: Instant) {
+        let (took, covered) = (now - started, started.saturating_duration_since(self.snapshot));
         self.rate = (took.as_secs_f64() / covered.max(Duration::from_millis(1)).as_secs_f64()).min(MAX_RATE);
         self.snapshot = started;
     }
 
-    /// An early round that began at `started` is over: the next starts a quarter after
-    /// it, or soon, if this one took longer.
-    fn over(&mut self, started: Instant) {
-        self.timed(started);
-        self.next = (started + self.every).max(Instant::now() + EARLY_MIN_EVERY);
+    /// An early round that began at `started` is over at `now`: the next starts a
+    /// quarter after it, or soon, if this one took longer.
+    fn over(&mut self, started: Instant, now: Instant) {
+        self.timed(started, now);
+        self.next = (started + self.every).max(now + EARLY_MIN_EVERY);
     }
 
     /// Counts a round's keys into the checkpoint's sample.
@@ -204,7 +203,7 @@ impl EarlyRounds {
         self.sampled.clear();
         let now = Instant::now();
         self.since = now.checked_sub(took).unwrap_or(now);
-        self.timed(self.since);
+        self.timed(self.since, now);
         self.next = self.since + self.every;
         let mut rounds = std::mem::take(&mut self.held);
         rounds.push(last);
@@ -388,7 +387,7 @@ impl OperatorTask<'_> {
     /// and to the store with the barrier's.
     fn early_round(&mut self) -> Result<(), TaskFailure> {
         let n = self.barrier + 1;
-        if !self.early.due() || !self.changelog.open_for(n) {
+        if !self.early.due(Instant::now()) || !self.changelog.open_for(n) {
             return Ok(());
         }
         let started = Instant::now();
@@ -398,7 +397,7 @@ impl OperatorTask<'_> {
             fault::point_after(Step::InEarlyRound, n, || drop(self.changelog.deliver()));
             self.early.hold(changes, started.elapsed());
         }
-        self.early.over(started);
+        self.early.over(started, Instant::now());
         Ok(())
     }
 
@@ -486,45 +485,50 @@ mod tests {
         Duration::from_millis(ms)
     }
 
-    fn ago(by: Duration) -> Instant {
-        Instant::now().checked_sub(by).expect("the monotonic clock runs longer than a test's spans")
-    }
-
-    /// Early rounds on, each taking `rate` seconds per second of input; the last barrier
-    /// reached `barrier` ago, the last round began `round` ago.
-    fn rounds(rate: f64, barrier: Duration, round: Duration) -> EarlyRounds {
+    /// Early rounds on at `now`, each taking `rate` seconds per second of input; the last
+    /// barrier reached `barrier` before, the last round began `round` before.
+    fn rounds(now: Instant, rate: f64, barrier: Duration, round: Duration) -> EarlyRounds {
         let mut early = EarlyRounds::new(Duration::from_secs(1));
         (early.on, early.forced, early.rate) = (true, false, rate);
-        (early.since, early.next, early.snapshot) = (ago(barrier), ago(barrier), ago(round));
+        (early.since, early.next, early.snapshot) = (now - barrier, now - barrier, now - round);
         early
+    }
+
+    /// An instant with a few seconds of monotonic time behind it.
+    fn later() -> Instant {
+        Instant::now() + Duration::from_secs(10)
     }
 
     #[test]
     fn a_round_that_would_meet_the_next_barrier_is_left_to_it() {
-        assert!(rounds(0.5, ms(500), ms(250)).due(), "125 ms from 500 ms: done 375 ms before the barrier");
-        assert!(!rounds(0.5, ms(800), ms(500)).due(), "250 ms from 800 ms: 50 ms past the barrier");
-        assert!(rounds(0.5, ms(800), ms(200)).due(), "100 ms from 800 ms: a round covering less is quicker");
-        assert!(!rounds(0.0, ms(1_100), ms(100)).due(), "the barrier is late: whatever comes is the barrier's");
-        let mut forced = rounds(0.5, ms(800), ms(500));
+        let now = later();
+        assert!(rounds(now, 0.5, ms(500), ms(250)).due(now), "125 ms from 500 ms: done 375 ms before the barrier");
+        assert!(!rounds(now, 0.5, ms(800), ms(500)).due(now), "250 ms from 800 ms: 50 ms past the barrier");
+        assert!(rounds(now, 0.5, ms(800), ms(200)).due(now), "100 ms from 800 ms: a round covering less is quicker");
+        assert!(!rounds(now, 0.0, ms(1_100), ms(100)).due(now), "the barrier is late: whatever comes is the barrier's");
+        let mut off = rounds(now, 0.0, ms(500), ms(250));
+        off.on = false;
+        assert!(!off.due(now), "early rounds off");
+        let mut forced = rounds(now, 0.5, ms(800), ms(500));
         forced.forced = true;
-        assert!(forced.due(), "the crash tests' rounds come whenever due");
+        assert!(forced.due(now), "the crash tests' rounds come whenever due");
     }
 
     #[test]
     fn rounds_start_a_quarter_apart_from_the_barrier() {
-        let mut early = rounds(0.0, ms(300), ms(300));
-        let started = ago(ms(100));
-        early.over(started);
+        let now = later();
+        let mut early = rounds(now, 0.0, ms(300), ms(300));
+        let started = now - ms(100);
+        early.over(started, now);
         assert_eq!(early.next, started + early.every, "counted start to start");
-        assert!((early.rate - 0.5).abs() < 0.2, "100 ms for the 200 ms of input since the last: {}", early.rate);
+        assert_eq!(early.rate, 0.5, "100 ms for the 200 ms of input since the last round began");
+        assert_eq!(early.snapshot, started);
 
-        let started = ago(early.every * 2);
-        early.over(started);
-        let soon = Instant::now() + EARLY_MIN_EVERY;
-        assert!(early.next <= soon && early.next + ms(50) >= soon, "a round longer than a quarter is followed 20 ms after it");
+        let started = now - early.every * 2;
+        early.over(started, now);
+        assert_eq!(early.next, now + EARLY_MIN_EVERY, "a round longer than a quarter is followed 20 ms after it");
 
-        let took = ms(40);
-        let rounds = early.take(StateChanges::default(), took);
+        let rounds = early.take(StateChanges::default(), ms(40));
         assert_eq!(rounds.len(), 1);
         assert_eq!(early.next, early.since + early.every, "a quarter after the barrier's round began");
         assert_eq!(early.snapshot, early.since, "the next round covers the input since the barrier's");
