@@ -79,7 +79,9 @@ pub(super) struct OperatorTask<'a> {
 /// left to that barrier: a barrier that finds the subtask in a round waits for it, and so
 /// does every source that feeds the subtask, its channel full, and with them every other
 /// subtask's barrier. How long a round would take is judged from the last round, early or
-/// at the barrier: its time per second of input it covered.
+/// at the barrier, that wrote something over at least 20 ms of input: its time per second
+/// of input it covered. A barrier the coordinator sends early, as fired output waits, can
+/// still find the subtask in a round.
 pub(super) struct EarlyRounds {
     interval: Duration,
     every: Duration,
@@ -149,17 +151,21 @@ impl EarlyRounds {
         self.on && now >= self.next && (done_by_barrier || self.forced)
     }
 
-    /// A round that began at `started` took until `now`.
-    fn timed(&mut self, started: Instant, now: Instant) {
-        let (took, covered) = (now - started, started.saturating_duration_since(self.snapshot));
-        self.rate = (took.as_secs_f64() / covered.max(Duration::from_millis(1)).as_secs_f64()).min(MAX_RATE);
+    /// A round that began at `started` took until `now`, and `wrote` something. One that
+    /// wrote nothing, or covered less than `EARLY_MIN_EVERY` of input (a barrier right
+    /// after an early round), says little of the next round: the rate stays.
+    fn timed(&mut self, started: Instant, now: Instant, wrote: bool) {
+        let covered = started.saturating_duration_since(self.snapshot);
+        if wrote && covered >= EARLY_MIN_EVERY {
+            self.rate = ((now - started).as_secs_f64() / covered.as_secs_f64()).min(MAX_RATE);
+        }
         self.snapshot = started;
     }
 
     /// An early round that began at `started` is over at `now`: the next starts a
     /// quarter after it, or soon, if this one took longer.
-    fn over(&mut self, started: Instant, now: Instant) {
-        self.timed(started, now);
+    fn over(&mut self, started: Instant, now: Instant, wrote: bool) {
+        self.timed(started, now, wrote);
         self.next = (started + self.every).max(now + EARLY_MIN_EVERY);
     }
 
@@ -203,8 +209,8 @@ impl EarlyRounds {
         self.sampled.clear();
         let now = Instant::now();
         self.since = now.checked_sub(took).unwrap_or(now);
-        self.timed(self.since, now);
-        self.next = self.since + self.every;
+        self.timed(self.since, now, !last.is_empty());
+        self.next = (self.since + self.every).max(now + EARLY_MIN_EVERY);
         let mut rounds = std::mem::take(&mut self.held);
         rounds.push(last);
         rounds
@@ -392,12 +398,13 @@ impl OperatorTask<'_> {
         }
         let started = Instant::now();
         let mut changes = self.changes().map_err(TaskFailure::operator)?;
-        if !changes.is_empty() {
+        let wrote = !changes.is_empty();
+        if wrote {
             self.changelog.write(n, &mut changes, &self.early.held)?;
             fault::point_after(Step::InEarlyRound, n, || drop(self.changelog.deliver()));
             self.early.hold(changes, started.elapsed());
         }
-        self.early.over(started, Instant::now());
+        self.early.over(started, Instant::now(), wrote);
         Ok(())
     }
 
@@ -519,18 +526,42 @@ mod tests {
         let now = later();
         let mut early = rounds(now, 0.0, ms(300), ms(300));
         let started = now - ms(100);
-        early.over(started, now);
+        early.over(started, now, true);
         assert_eq!(early.next, started + early.every, "counted start to start");
         assert_eq!(early.rate, 0.5, "100 ms for the 200 ms of input since the last round began");
         assert_eq!(early.snapshot, started);
 
         let started = now - early.every * 2;
-        early.over(started, now);
+        early.over(started, now, true);
         assert_eq!(early.next, now + EARLY_MIN_EVERY, "a round longer than a quarter is followed 20 ms after it");
 
         let rounds = early.take(StateChanges::default(), ms(40));
         assert_eq!(rounds.len(), 1);
         assert_eq!(early.next, early.since + early.every, "a quarter after the barrier's round began");
         assert_eq!(early.snapshot, early.since, "the next round covers the input since the barrier's");
+    }
+
+    #[test]
+    fn only_a_round_that_wrote_over_enough_input_sets_the_rate() {
+        let now = later();
+        let mut early = rounds(now, 0.5, ms(300), ms(300));
+        early.over(now - ms(200), now, false);
+        assert_eq!((early.rate, early.snapshot), (0.5, now - ms(200)), "a round that wrote nothing keeps the rate");
+        early.over(now - ms(195), now, true);
+        assert_eq!((early.rate, early.snapshot), (0.5, now - ms(195)), "5 ms of input says little: the rate stays");
+        early.over(now - ms(100), now, true);
+        assert_eq!(early.rate, 100.0 / 95.0, "100 ms for the 95 ms of input since the last round began");
+    }
+
+    #[test]
+    fn the_barriers_round_sets_the_rate_and_a_long_one_is_followed_soon() {
+        let mut early = EarlyRounds::new(Duration::from_secs(1));
+        let began = Instant::now() - ms(400);
+        early.snapshot = began;
+        let mut round = StateChanges::new(0);
+        round.push(0, b"k", Some(b"v"));
+        early.take(round, ms(300));
+        assert!(early.rate > 0.5 && early.rate <= 3.0, "300 ms for the 100 ms (and the test's own time) of input before it: {}", early.rate);
+        assert!(early.next > early.since + early.every, "a barrier's round longer than a quarter is followed 20 ms after it");
     }
 }
