@@ -145,10 +145,13 @@ impl EarlyRounds {
         }
     }
 
+    /// Asked after every batch: off, or not yet time, it judges nothing.
     fn due(&self, now: Instant) -> bool {
+        if !self.on || now < self.next {
+            return false;
+        }
         let would_take = (now - self.snapshot).mul_f64(self.rate);
-        let done_by_barrier = now.checked_add(would_take).is_some_and(|end| end < self.since + self.interval);
-        self.on && now >= self.next && (done_by_barrier || self.forced)
+        self.forced || now.checked_add(would_take).is_some_and(|end| end < self.since + self.interval)
     }
 
     /// A round that began at `started` took until `now`, and `wrote` something. One that
@@ -393,10 +396,10 @@ impl OperatorTask<'_> {
     /// and to the store with the barrier's.
     fn early_round(&mut self) -> Result<(), TaskFailure> {
         let n = self.barrier + 1;
-        if !self.early.due(Instant::now()) || !self.changelog.open_for(n) {
+        let started = Instant::now();
+        if !self.early.due(started) || !self.changelog.open_for(n) {
             return Ok(());
         }
-        let started = Instant::now();
         let mut changes = self.changes().map_err(TaskFailure::operator)?;
         let wrote = !changes.is_empty();
         if wrote {
