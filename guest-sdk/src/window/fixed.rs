@@ -7,8 +7,11 @@
 //! for, so starting a round clears every note at once); firing a window notes its keys.
 //! A round visits only what was noted, so its cost follows the change, and copies the
 //! keys it hands over into one buffer, not one allocation each. When a single window is
-//! open and a good share of its keys changed, a round walks its tables in memory order
-//! instead, taking the slots noted for it: a lookup per key is a cache miss or more.
+//! open, a round needs no lookup: with a good share of its keys changed it walks the
+//! tables in memory order, taking the slots noted for it; with fewer it reads each noted
+//! slot at the bucket the note holds (a lookup is a cache miss or two, dependent on each
+//! other; a bucket read is one). A note whose shard grew since points elsewhere; the
+//! slot's key tells, and such a note is looked up by its key.
 //! A key of up to 16 bytes lives in its slot, so finding it reads the table alone; a
 //! longer one lies in the window's key bytes, a second cache line per lookup.
 //!
@@ -55,6 +58,9 @@ enum Handover {
     /// `next` is the first of shard `shard` not handed over yet (nothing changes the
     /// tables meanwhile).
     Walk { epoch: Epoch, shard: usize, next: usize },
+    /// The only window's noted slots, read where the notes say; `next` is the first note
+    /// not handed over yet.
+    Slots { noted: Vec<Noted>, next: usize },
 }
 
 /// A snapshot round's number, as slots note it; 0 is no round. Past the last, a round
@@ -90,8 +96,25 @@ struct Pane<A> {
     keys: Vec<u8>,
     /// `SHARDS` tables, a key in the one its hash picks.
     shards: Box<[HashTable<Slot<A>>]>,
-    /// The keys whose slot changed since the last snapshot round.
-    changed: Vec<SlotKey>,
+    /// The slots changed since the last snapshot round.
+    changed: Vec<Noted>,
+}
+
+/// A changed slot: its key, and the bucket it lay in when noted. Its shard may have
+/// grown since and moved it; a bucket holding another key (or none) says so.
+#[derive(Clone, Copy, Debug)]
+struct Noted {
+    key: SlotKey,
+    shard: u32,
+    bucket: u32,
+}
+
+impl Noted {
+    fn new(key: SlotKey, shard: usize, bucket: usize) -> Self {
+        // A bucket past `u32` (never on wasm32) is looked up by key instead.
+        let bucket = u32::try_from(bucket).unwrap_or(u32::MAX);
+        Self { key, shard: shard as u32, bucket }
+    }
 }
 
 /// 32 bytes with a `u64` accumulator: two slots a cache line. Growing the table hashes
@@ -163,6 +186,12 @@ impl SlotKey {
             bytes
         });
         Self { len, bytes }
+    }
+
+    /// Whether this is the very key of `other`, a slot key of the same window: a short
+    /// key's bytes, a long key's place in the window's keys, which no other slot shares.
+    fn same(&self, other: &SlotKey) -> bool {
+        self.len == other.len && self.bytes == other.bytes
     }
 
     /// The key's hash, as [`Probe`] holds it.
@@ -238,25 +267,37 @@ impl<A> Pane<A> {
             changed,
             ..
         } = self;
+        let shard = shard_of(probe.hash);
         match entry(shards, keys, probe) {
             Entry::Occupied(occupied) => {
+                let bucket = occupied.bucket_index();
                 let slot = occupied.into_mut();
                 if slot.noted != epoch {
                     slot.noted = epoch;
-                    changed.push(slot.key);
+                    changed.push(Noted::new(slot.key, shard, bucket));
                 }
                 &mut slot.accumulator
             }
             Entry::Vacant(vacant) => {
                 let key = SlotKey::new(probe, keys);
-                changed.push(key);
                 let slot = Slot {
                     key,
                     noted: epoch,
                     accumulator: make(),
                 };
-                &mut vacant.insert(slot).into_mut().accumulator
+                let occupied = vacant.insert(slot);
+                changed.push(Noted::new(key, shard, occupied.bucket_index()));
+                &mut occupied.into_mut().accumulator
             }
+        }
+    }
+
+    /// The slot `noted` stands for: in its bucket, unless its shard has grown since.
+    fn noted_slot(&self, noted: &Noted) -> Option<&Slot<A>> {
+        let shard = &self.shards[noted.shard as usize];
+        match shard.get_bucket(noted.bucket as usize) {
+            Some(slot) if slot.key.same(&noted.key) => Some(slot),
+            _ => self.find(&Probe::new(noted.key.get(&self.keys))),
         }
     }
 
@@ -286,7 +327,7 @@ impl<A> Pane<A> {
     /// spans to `spans`; the notes are dropped (the round moving on clears the slots').
     fn take_changed(&mut self, bytes: &mut Vec<u8>, spans: &mut Vec<Span>) {
         for noted in self.changed.drain(..) {
-            spans.push(push_key(bytes, noted.get(&self.keys)));
+            spans.push(push_key(bytes, noted.key.get(&self.keys)));
         }
     }
 
@@ -423,6 +464,10 @@ impl<A: Serialize> FixedWindows<A> {
                 let drained = self.walk(epoch, (&mut shard, &mut next), changes)?;
                 (drained, Handover::Walk { epoch, shard, next })
             }
+            Handover::Slots { noted, mut next } => {
+                let drained = self.hand_over_slots(&noted, &mut next, changes)?;
+                (drained, Handover::Slots { noted, next })
+            }
         };
         match drained {
             Drained::More => self.round = Some(round),
@@ -477,6 +522,27 @@ impl<A: Serialize> FixedWindows<A> {
         Ok(Drained::All)
     }
 
+    /// Hands over the only window's slots in `noted`, from the `next`th on; `next` ends
+    /// at the first not handed over.
+    fn hand_over_slots(&self, noted: &[Noted], next: &mut usize, changes: &mut Changes) -> Result<Drained, Error> {
+        let pane = &self.windows[0];
+        for note in &noted[*next..] {
+            let slot = pane
+                .noted_slot(note)
+                .expect("a noted key stays in its window until the window fires, after the round");
+            let windows = [(pane.start, &slot.accumulator)];
+            let entry = EntryRef {
+                size_ms: self.size,
+                windows: &windows,
+            };
+            if !changes.put(slot.key.get(&pane.keys), &entry)? {
+                return Ok(Drained::More);
+            }
+            *next += 1;
+        }
+        Ok(Drained::All)
+    }
+
     /// A round over the keys fired or noted since the last, each once; changes from now
     /// on are noted for the next.
     fn begin_round(&mut self) -> Handover {
@@ -486,11 +552,14 @@ impl<A: Serialize> FixedWindows<A> {
         if let [only] = self.windows.make_contiguous()
             && !last
             && self.fired_windows == 0
-            && only.changed.len() * WALK_SHARE >= only.len()
             && !only.changed.is_empty()
         {
-            only.changed.clear();
-            return Handover::Walk { epoch, shard: 0, next: 0 };
+            if only.changed.len() * WALK_SHARE >= only.len() {
+                only.changed.clear();
+                return Handover::Walk { epoch, shard: 0, next: 0 };
+            }
+            let noted = std::mem::take(&mut only.changed);
+            return Handover::Slots { noted, next: 0 };
         }
         // The keys fired from or noted in one window are distinct; those of several
         // windows may repeat one.
@@ -594,6 +663,75 @@ mod tests {
             assert!(close <= 1, "{} shards grew within {} keys before {at}: {growths:?}", close + 1, at / 50);
         }
         assert_eq!(windows.open(), 300_001);
+    }
+
+    /// Each key of one whole snapshot round with its count in the one open window.
+    fn round_counts(windows: &mut FixedWindows<u64>) -> Vec<(Vec<u8>, u64)> {
+        let mut counts = Vec::new();
+        loop {
+            let mut changes = Changes::new(1, 1 << 12);
+            let drained = windows.drain_changes(&mut changes).unwrap();
+            for (key, value) in changes.into_chunk().iter().map(Result::unwrap) {
+                let entry = crate::snapshot::parse(value.expect("not a removal")).unwrap();
+                let entry: WindowsEntry<u64> = crate::snapshot::decode_body(entry.body).unwrap();
+                counts.push((key.to_vec(), entry.windows[0].1));
+            }
+            if drained == Drained::All {
+                break;
+            }
+        }
+        counts.sort();
+        counts
+    }
+
+    #[test]
+    fn a_round_reads_noted_slots_where_they_are_after_their_shard_grew() {
+        let mut windows = FixedWindows::<u64>::new(100);
+        let key = |i: u32| format!("key-{i:08}").into_bytes();
+        let long = |i: u32| format!("a key longer than a slot holds {i}").into_bytes();
+        let capacities = |windows: &FixedWindows<u64>| -> Vec<usize> {
+            windows.windows[0].shards.iter().map(HashTable::capacity).collect()
+        };
+        for i in 0..300_000 {
+            *windows.accumulator(0, &key(i)) += 1;
+        }
+        for i in 0..1_000 {
+            *windows.accumulator(0, &long(i)) += 1;
+        }
+        round(&mut windows);
+        // A few old keys change, then new keys come until a shard has grown, then more
+        // old keys change: notes from before the growth point to buckets it emptied or
+        // filled with other keys.
+        let mut expected: Vec<(Vec<u8>, u64)> = Vec::new();
+        for i in (0..2_000).step_by(2) {
+            *windows.accumulator(0, &key(i)) += 1;
+            expected.push((key(i), 2));
+        }
+        for i in 0..500 {
+            *windows.accumulator(0, &long(i)) += 1;
+            expected.push((long(i), 2));
+        }
+        let before = capacities(&windows);
+        let mut new = 300_000;
+        while capacities(&windows) == before {
+            *windows.accumulator(0, &key(new)) += 1;
+            expected.push((key(new), 1));
+            new += 1;
+        }
+        for i in (1..2_000).step_by(2) {
+            *windows.accumulator(0, &key(i)) += 1;
+            expected.push((key(i), 2));
+        }
+        let pane = &windows.windows[0];
+        assert!(pane.changed.len() * WALK_SHARE < pane.len(), "a round that reads the notes, not the table");
+        let moved = pane.changed.iter().filter(|noted| {
+            let slot = pane.shards[noted.shard as usize].get_bucket(noted.bucket as usize);
+            !slot.is_some_and(|slot| slot.key.same(&noted.key))
+        });
+        assert!(moved.count() > 0, "some notes point where their slot no longer is");
+        expected.sort();
+        assert_eq!(round_counts(&mut windows), expected);
+        assert!(round(&mut windows).is_empty(), "nothing changed since");
     }
 
     #[test]
