@@ -73,8 +73,10 @@ pub(super) struct OperatorTask<'a> {
 /// round holds about the last quarter's. A key changed in two rounds is written twice,
 /// so early rounds stay off while a checkpoint's records are more than 3 per distinct key
 /// they change; whether they were on or not, that count is the same, and so, about, is
-/// the rounds' time. The quarters are counted from the barrier, start to start (a round
-/// longer than a quarter is followed 20 ms after it ends), and a round that would still
+/// the rounds' time. Where they are at most 1.25 a key, keys seldom come back within an
+/// interval, so rounds twice as often write little more, and come every eighth. The
+/// rounds are counted from the barrier, start to start (a round
+/// longer than its share is followed 20 ms after it ends), and a round that would still
 /// run when the next barrier reaches the subtask, an interval after the last did, is
 /// left to that barrier: a barrier that finds the subtask in a round waits for it, and so
 /// does every source that feeds the subtask, its channel full, and with them every other
@@ -120,13 +122,16 @@ const EARLY_MIN_SPENT: Duration = Duration::from_millis(50);
 const EARLY_MIN_EVERY: Duration = Duration::from_millis(20);
 /// A round's time per second of input is taken as at most this: a judgement, bounded.
 const MAX_RATE: f64 = 1_000.0;
+/// Early rounds every eighth interval, not every quarter, where a checkpoint's records
+/// are at most this many per distinct key they change.
+const EIGHTHS_RECORDS_PER_KEY: f64 = 1.25;
 /// One changed key in this many is counted (by its hash's top bits, which the key
 /// groups, taken from the low bits, leave evenly spread).
 const SAMPLE: u32 = 8;
 
 impl EarlyRounds {
     pub(super) fn new(interval: Duration) -> EarlyRounds {
-        let every = (interval / 4).max(EARLY_MIN_EVERY);
+        let every = spacing(interval, f64::INFINITY);
         let forced = fault::early_rounds_forced();
         EarlyRounds {
             interval,
@@ -166,7 +171,7 @@ impl EarlyRounds {
     }
 
     /// An early round that began at `started` is over at `now`: the next starts a
-    /// quarter after it, or soon, if this one took longer.
+    /// round's share of the interval after it, or soon, if this one took longer.
     fn over(&mut self, started: Instant, now: Instant, wrote: bool) {
         self.timed(started, now, wrote);
         self.next = (started + self.every).max(now + EARLY_MIN_EVERY);
@@ -204,9 +209,12 @@ impl EarlyRounds {
         let keys = self.sampled.len() as u64 * u64::from(SAMPLE);
         let projected = self.spent_per_interval();
         let worth = keys >= EARLY_MIN_KEYS && projected >= self.worth;
-        self.on = self.forced || (worth && self.records as f64 <= keys as f64 * EARLY_RECORDS_PER_KEY);
+        let per_key = self.records as f64 / keys.max(1) as f64;
+        self.on = self.forced || (worth && per_key <= EARLY_RECORDS_PER_KEY);
+        self.every = spacing(self.interval, per_key);
         let (spent_ms, per_interval_ms) = (self.spent.as_millis() as u64, projected.as_millis() as u64);
-        tracing::debug!(keys, records = self.records, spent_ms, per_interval_ms, early_rounds = self.on, "judged early snapshot rounds");
+        let every_ms = self.every.as_millis() as u64;
+        tracing::debug!(keys, records = self.records, spent_ms, per_interval_ms, early_rounds = self.on, every_ms, "judged early snapshot rounds");
         self.records = 0;
         self.spent = Duration::ZERO;
         self.sampled.clear();
@@ -218,6 +226,13 @@ impl EarlyRounds {
         rounds.push(last);
         rounds
     }
+}
+
+/// How far apart early rounds start, for a checkpoint that took `per_key` records per
+/// distinct key it changed.
+fn spacing(interval: Duration, per_key: f64) -> Duration {
+    let parts = if per_key <= EIGHTHS_RECORDS_PER_KEY { 8 } else { 4 };
+    (interval / parts).max(EARLY_MIN_EVERY)
 }
 
 /// One channel into an operator subtask.
@@ -554,6 +569,27 @@ mod tests {
         assert_eq!((early.rate, early.snapshot), (0.5, now - ms(195)), "5 ms of input says little: the rate stays");
         early.over(now - ms(100), now, true);
         assert_eq!(early.rate, 100.0 / 95.0, "100 ms for the 95 ms of input since the last round began");
+    }
+
+    #[test]
+    fn rounds_come_every_eighth_where_keys_seldom_repeat() {
+        let mut early = EarlyRounds::new(Duration::from_secs(1));
+        assert_eq!(early.every, ms(250), "a quarter until a checkpoint says otherwise");
+        // 1 000 sampled keys stand for 8 000 distinct keys.
+        let checkpoint = |early: &mut EarlyRounds, records: u64| {
+            early.sampled.extend(0..1_000u32);
+            early.records = records;
+            early.take(StateChanges::default(), ms(100));
+        };
+        checkpoint(&mut early, 8_400);
+        assert_eq!(early.every, ms(125), "1.05 records a key");
+        assert!(early.on);
+        checkpoint(&mut early, 12_000);
+        assert_eq!(early.every, ms(250), "1.5 records a key");
+        assert!(early.on);
+        checkpoint(&mut early, 30_000);
+        assert!(!early.on, "3.75 records a key: no early rounds");
+        assert_eq!(spacing(ms(100), 1.0), EARLY_MIN_EVERY, "never closer than 20 ms");
     }
 
     #[test]
