@@ -505,15 +505,8 @@ impl<A: Serialize> FixedWindows<A> {
         let pane = &self.windows[0];
         while let Some(table) = pane.shards.get(*shard) {
             for slot in table.iter().skip(*next) {
-                if slot.noted == epoch {
-                    let windows = [(pane.start, &slot.accumulator)];
-                    let entry = EntryRef {
-                        size_ms: self.size,
-                        windows: &windows,
-                    };
-                    if !changes.put(slot.key.get(&pane.keys), &entry)? {
-                        return Ok(Drained::More);
-                    }
+                if slot.noted == epoch && !self.put_only(pane, slot, changes)? {
+                    return Ok(Drained::More);
                 }
                 *next += 1;
             }
@@ -530,17 +523,22 @@ impl<A: Serialize> FixedWindows<A> {
             let slot = pane
                 .noted_slot(note)
                 .expect("a noted key stays in its window until the window fires, after the round");
-            let windows = [(pane.start, &slot.accumulator)];
-            let entry = EntryRef {
-                size_ms: self.size,
-                windows: &windows,
-            };
-            if !changes.put(slot.key.get(&pane.keys), &entry)? {
+            if !self.put_only(pane, slot, changes)? {
                 return Ok(Drained::More);
             }
             *next += 1;
         }
         Ok(Drained::All)
+    }
+
+    /// Puts the entry of a slot of `pane`, the only window open: that window alone.
+    fn put_only(&self, pane: &Pane<A>, slot: &Slot<A>, changes: &mut Changes) -> Result<bool, Error> {
+        let windows = [(pane.start, &slot.accumulator)];
+        let entry = EntryRef {
+            size_ms: self.size,
+            windows: &windows,
+        };
+        changes.put(slot.key.get(&pane.keys), &entry)
     }
 
     /// A round over the keys fired or noted since the last, each once; changes from now
@@ -615,19 +613,41 @@ impl<A> FixedWindows<A> {
 mod tests {
     use super::*;
 
-    /// The keys of one whole snapshot round, sorted.
-    fn round(windows: &mut FixedWindows<u64>) -> Vec<Vec<u8>> {
-        let mut keys = Vec::new();
+    /// One whole snapshot round, in chunks of 4 KiB: each key with its value (none for a
+    /// removal), sorted.
+    fn round_entries(windows: &mut FixedWindows<u64>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let mut entries = Vec::new();
         loop {
-            let mut changes = Changes::new(1, 1 << 16);
+            let mut changes = Changes::new(1, 1 << 12);
             let drained = windows.drain_changes(&mut changes).unwrap();
-            keys.extend(changes.into_chunk().iter().map(|entry| entry.unwrap().0.to_vec()));
+            let chunk = changes.into_chunk();
+            entries.extend(chunk.iter().map(Result::unwrap).map(|(key, value)| (key.to_vec(), value.map(<[u8]>::to_vec))));
             if drained == Drained::All {
                 break;
             }
         }
-        keys.sort();
-        keys
+        entries.sort();
+        entries
+    }
+
+    /// The keys of one whole snapshot round, sorted.
+    fn round(windows: &mut FixedWindows<u64>) -> Vec<Vec<u8>> {
+        round_entries(windows).into_iter().map(|(key, _)| key).collect()
+    }
+
+    /// Each key of one whole snapshot round with its count in the one open window.
+    fn round_counts(windows: &mut FixedWindows<u64>) -> Vec<(Vec<u8>, u64)> {
+        let count = |value: Option<Vec<u8>>| {
+            let value = value.expect("not a removal");
+            let entry: WindowsEntry<u64> = crate::snapshot::decode_body(crate::snapshot::parse(&value).unwrap().body).unwrap();
+            entry.windows[0].1
+        };
+        round_entries(windows).into_iter().map(|(key, value)| (key, count(value))).collect()
+    }
+
+    /// The capacity of each shard of the first window.
+    fn capacities(windows: &FixedWindows<u64>) -> Vec<usize> {
+        windows.windows[0].shards.iter().map(HashTable::capacity).collect()
     }
 
     #[test]
@@ -638,9 +658,6 @@ mod tests {
     #[test]
     fn a_window_grows_its_shards_one_after_another() {
         let mut windows = FixedWindows::<u64>::new(100);
-        let capacities = |windows: &FixedWindows<u64>| -> Vec<usize> {
-            windows.windows[0].shards.iter().map(HashTable::capacity).collect()
-        };
         *windows.accumulator(0, b"first") += 1;
         // Where each shard of the capacity EARLY_FROM or more grew: the keys then open.
         let (mut before, mut growths) = (capacities(&windows), Vec::new());
@@ -665,33 +682,11 @@ mod tests {
         assert_eq!(windows.open(), 300_001);
     }
 
-    /// Each key of one whole snapshot round with its count in the one open window.
-    fn round_counts(windows: &mut FixedWindows<u64>) -> Vec<(Vec<u8>, u64)> {
-        let mut counts = Vec::new();
-        loop {
-            let mut changes = Changes::new(1, 1 << 12);
-            let drained = windows.drain_changes(&mut changes).unwrap();
-            for (key, value) in changes.into_chunk().iter().map(Result::unwrap) {
-                let entry = crate::snapshot::parse(value.expect("not a removal")).unwrap();
-                let entry: WindowsEntry<u64> = crate::snapshot::decode_body(entry.body).unwrap();
-                counts.push((key.to_vec(), entry.windows[0].1));
-            }
-            if drained == Drained::All {
-                break;
-            }
-        }
-        counts.sort();
-        counts
-    }
-
     #[test]
     fn a_round_reads_noted_slots_where_they_are_after_their_shard_grew() {
         let mut windows = FixedWindows::<u64>::new(100);
         let key = |i: u32| format!("key-{i:08}").into_bytes();
         let long = |i: u32| format!("a key longer than a slot holds {i}").into_bytes();
-        let capacities = |windows: &FixedWindows<u64>| -> Vec<usize> {
-            windows.windows[0].shards.iter().map(HashTable::capacity).collect()
-        };
         for i in 0..300_000 {
             *windows.accumulator(0, &key(i)) += 1;
         }
