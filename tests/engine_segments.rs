@@ -178,7 +178,7 @@ fn early_snapshot_rounds_survive_kills_after_them() {
     const EARLY: (&str, &str) = ("WEIR_EARLY_ROUNDS", "always");
     let job = job::job_dir("seg-early");
     topics(&job);
-    // Early rounds a quarter interval (100 ms) apart.
+    // Early rounds a quarter or an eighth interval (100 or 50 ms) apart.
     job.window_count(2, 400, WINDOW_MS as u64, "");
     let producer = produce_steady(&job.input, Clicks::new(41, PARTITIONS, 200_000), 10_000, 40);
     let log = job.dir.path().join("weir.log");

@@ -7,11 +7,13 @@
 //! for, so starting a round clears every note at once); firing a window notes its keys.
 //! A round visits only what was noted, so its cost follows the change, and copies the
 //! keys it hands over into one buffer, not one allocation each. When a single window is
-//! open, a round needs no lookup: with a good share of its keys changed it walks the
-//! tables in memory order, taking the slots noted for it; with fewer it reads each noted
-//! slot at the bucket the note holds (a lookup is a cache miss or two, dependent on each
-//! other; a bucket read is one). A note whose shard grew since points elsewhere; the
-//! slot's key tells, and such a note is looked up by its key.
+//! open and none fired since the last round, a round looks no key up: with a good share
+//! of its keys changed it walks the tables in memory order, taking the slots noted for
+//! it; with fewer it reads each noted slot at the bucket the note holds (a lookup is a
+//! cache miss or two, dependent on each other; a bucket read is one). A note whose
+//! shard grew since points elsewhere; the slot's key tells, and only such a note is
+//! looked up by its key. (The round that ends the numbering of rounds looks every key
+//! up, as it clears every slot's note.)
 //! A key of up to 16 bytes lives in its slot, so finding it reads the table alone; a
 //! longer one lies in the window's key bytes, a second cache line per lookup.
 //!
@@ -471,9 +473,21 @@ impl<A: Serialize> FixedWindows<A> {
         };
         match drained {
             Drained::More => self.round = Some(round),
-            Drained::All => self.noted.clear(),
+            Drained::All => self.round_over(round),
         }
         Ok(drained)
+    }
+
+    /// Drops what a round held; a round of noted slots hands their list back, cleared,
+    /// so the next round's notes need not grow it anew.
+    fn round_over(&mut self, round: Handover) {
+        self.noted.clear();
+        if let (Handover::Slots { mut noted, .. }, Some(only)) = (round, self.windows.front_mut())
+            && only.changed.is_empty()
+        {
+            noted.clear();
+            only.changed = noted;
+        }
     }
 
     /// Hands over the keys of `round`: each key's open windows, or its removal.
@@ -726,6 +740,7 @@ mod tests {
         assert!(moved.count() > 0, "some notes point where their slot no longer is");
         expected.sort();
         assert_eq!(round_counts(&mut windows), expected);
+        assert!(windows.windows[0].changed.capacity() >= expected.len(), "the notes' list comes back");
         assert!(round(&mut windows).is_empty(), "nothing changed since");
     }
 

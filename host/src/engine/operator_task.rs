@@ -69,13 +69,14 @@ pub(super) struct OperatorTask<'a> {
 /// records a subtask writes go into N+1's transaction; a subtask whose rounds take long
 /// (a tenth of the interval, 50 ms at least, scaled to a whole interval between
 /// barriers: the first checkpoint after a start covers a fraction of one) over many keys
-/// hands its changes over every quarter interval from then on, so the barrier's own
-/// round holds about the last quarter's. A key changed in two rounds is written twice,
-/// so early rounds stay off while a checkpoint's records are more than 3 per distinct key
-/// they change; whether they were on or not, that count is the same, and so, about, is
-/// the rounds' time. Where they are at most 1.25 a key, keys seldom come back within an
-/// interval, so rounds twice as often write little more, and come every eighth. The
-/// rounds are counted from the barrier, start to start (a round
+/// hands its changes over every quarter or eighth interval from then on, so the barrier's
+/// own round holds about the last quarter's or eighth's. A key changed in two rounds is
+/// written twice, so early rounds stay off while a checkpoint's records are more than 3
+/// per distinct key they change; whether they were on or not, that count is the same,
+/// and so, about, is the rounds' time. Where they are at most 1.25 a key, keys seldom
+/// come back within an interval, so rounds twice as often write little more, and come
+/// every eighth. (The keys counted are the state's: an operator that keeps two entries
+/// a record key, a window and a timer, counts each.) The rounds are counted from the barrier, start to start (a round
 /// longer than its share is followed 20 ms after it ends), and a round that would still
 /// run when the next barrier reaches the subtask, an interval after the last did, is
 /// left to that barrier: a barrier that finds the subtask in a round waits for it, and so
@@ -540,7 +541,7 @@ mod tests {
     }
 
     #[test]
-    fn rounds_start_a_quarter_apart_from_the_barrier() {
+    fn rounds_start_their_share_of_the_interval_apart_from_the_barrier() {
         let now = later();
         let mut early = rounds(now, 0.0, ms(300), ms(300));
         let started = now - ms(100);
@@ -551,11 +552,11 @@ mod tests {
 
         let started = now - early.every * 2;
         early.over(started, now, true);
-        assert_eq!(early.next, now + EARLY_MIN_EVERY, "a round longer than a quarter is followed 20 ms after it");
+        assert_eq!(early.next, now + EARLY_MIN_EVERY, "a round longer than its share is followed 20 ms after it");
 
         let rounds = early.take(StateChanges::default(), ms(40));
         assert_eq!(rounds.len(), 1);
-        assert_eq!(early.next, early.since + early.every, "a quarter after the barrier's round began");
+        assert_eq!(early.next, early.since + early.every, "a share of the interval after the barrier's round began");
         assert_eq!(early.snapshot, early.since, "the next round covers the input since the barrier's");
     }
 
@@ -601,6 +602,6 @@ mod tests {
         round.push(0, b"k", Some(b"v"));
         early.take(round, ms(300));
         assert!(early.rate > 0.5 && early.rate <= 3.0, "300 ms for the 100 ms (and the test's own time) of input before it: {}", early.rate);
-        assert!(early.next > early.since + early.every, "a barrier's round longer than a quarter is followed 20 ms after it");
+        assert!(early.next > early.since + early.every, "a barrier's round longer than its share is followed 20 ms after it");
     }
 }
