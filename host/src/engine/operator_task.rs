@@ -76,8 +76,9 @@ pub(super) struct OperatorTask<'a> {
 /// and so, about, is the rounds' time. Where they are at most 1.25 a key, keys seldom
 /// come back within an interval, so rounds twice as often write little more, and come
 /// every eighth. (The keys counted are the state's: an operator that keeps two entries
-/// a record key, a window and a timer, counts each.) The rounds are counted from the barrier, start to start (a round
-/// longer than its share is followed 20 ms after it ends), and a round that would still
+/// a record key, a window and a timer, counts each.) The rounds are counted from the
+/// barrier, start to start (a round longer than its share is followed 20 ms after it
+/// ends), and a round that would still
 /// run when the next barrier reaches the subtask, an interval after the last did, is
 /// left to that barrier: a barrier that finds the subtask in a round waits for it, and so
 /// does every source that feeds the subtask, its channel full, and with them every other
