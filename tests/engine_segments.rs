@@ -172,10 +172,13 @@ fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
 /// barrier. Random kills while every commit is slowed (early rounds fall due while a
 /// checkpoint is in flight, when its transaction must not take them), then kills right
 /// after such a round and after the commit of a checkpoint that had them, with the
-/// state_dir deleted before some restarts: the output stays exact.
+/// state_dir deleted before some restarts: the output stays exact. The plugin's rounds
+/// take both of its ways over a single open window: walking its tables, and reading the
+/// slots it noted where they lie (the notes of a shard that grew since point elsewhere).
 #[test]
 fn early_snapshot_rounds_survive_kills_after_them() {
     const EARLY: (&str, &str) = ("WEIR_EARLY_ROUNDS", "always");
+    const ROUNDS: (&str, &str) = ("RUST_LOG", "info,weir::plugin=debug");
     let job = job::job_dir("seg-early");
     topics(&job);
     // Early rounds a quarter or an eighth interval (100 or 50 ms) apart.
@@ -187,7 +190,7 @@ fn early_snapshot_rounds_survive_kills_after_them() {
         if round % 2 == 1 && job.state_dir().exists() {
             std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
         }
-        let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", "slow-commit:250"), EARLY]);
+        let mut child = job::start(&job.path(), &log, &[("WEIR_FAULT", "slow-commit:250"), EARLY, ROUNDS]);
         std::thread::sleep(Duration::from_millis(1_500 + support::next_random(&mut seed) % 2_000));
         job::kill(&mut child);
     }
@@ -200,14 +203,14 @@ fn early_snapshot_rounds_survive_kills_after_them() {
         (3, "in-early-round", false),
         (4, "after-commit", true),
     ];
-    kill_at_steps(&job, &log, &kills, &[EARLY]);
+    kill_at_steps(&job, &log, &kills, &[EARLY, ROUNDS]);
     for _ in 0..3 {
-        let mut child = job::start(&job.path(), &log, &[EARLY]);
+        let mut child = job::start(&job.path(), &log, &[EARLY, ROUNDS]);
         std::thread::sleep(Duration::from_millis(300 + support::next_random(&mut seed) % 2_000));
         job::kill(&mut child);
     }
     let (_, input) = producer.join().expect("producer thread");
-    let text = finish_and_compare_with(&job, &input, &log, &[EARLY]);
+    let text = finish_and_compare_with(&job, &input, &log, &[EARLY, ROUNDS]);
     assert!(text.contains("killing the process at InEarlyRound"), "no kill landed after an early round:\n{text}");
     let early: u64 = text
         .lines()
@@ -215,6 +218,12 @@ fn early_snapshot_rounds_survive_kills_after_them() {
         .filter_map(|line| line.split(" early_rounds=").nth(1)?.split(' ').next()?.parse::<u64>().ok())
         .sum();
     assert!(early > 0, "no committed checkpoint had early rounds:\n{text}");
+    assert!(text.contains("a snapshot round walks the only window"), "no round walked its window:\n{text}");
+    // A process that read noted slots was killed afterwards at a protocol step.
+    let slots = text.find(" noted slots of the only window");
+    let slots = slots.unwrap_or_else(|| panic!("no round read noted slots:\n{text}"));
+    let last_kill = text.rfind("killing the process at").unwrap_or(0);
+    assert!(slots < last_kill, "no process was killed after a round read noted slots:\n{text}");
     assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
 }
 

@@ -49,6 +49,10 @@ pub(super) struct FixedWindows<A> {
     epoch: Epoch,
     /// The snapshot round being handed over.
     round: Option<Handover>,
+    /// Whether a round has walked the only window / read its noted slots yet: the
+    /// first of each is logged at debug level (the crash tests look for both).
+    walked: bool,
+    read_slots: bool,
 }
 
 /// How a snapshot round goes over its keys.
@@ -366,6 +370,8 @@ impl<A> FixedWindows<A> {
             fired_windows: 0,
             epoch: 1,
             round: None,
+            walked: false,
+            read_slots: false,
         }
     }
 
@@ -566,9 +572,16 @@ impl<A: Serialize> FixedWindows<A> {
             && self.fired_windows == 0
             && !only.changed.is_empty()
         {
-            if only.changed.len() * WALK_SHARE >= only.len() {
+            let (changed, len) = (only.changed.len(), only.len());
+            if changed * WALK_SHARE >= len {
                 only.changed.clear();
+                if !std::mem::replace(&mut self.walked, true) {
+                    crate::debug!("a snapshot round walks the only window's {len} slots for {changed} changed");
+                }
                 return Handover::Walk { epoch, shard: 0, next: 0 };
+            }
+            if !std::mem::replace(&mut self.read_slots, true) {
+                crate::debug!("a snapshot round reads {changed} noted slots of the only window's {len}");
             }
             let noted = std::mem::take(&mut only.changed);
             return Handover::Slots { noted, next: 0 };
