@@ -174,7 +174,7 @@ fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
 /// after such a round and after the commit of a checkpoint that had them, with the
 /// state_dir deleted before some restarts: the output stays exact. The plugin's rounds
 /// take both of its ways over a single open window: walking its tables, and reading the
-/// slots it noted where they lie (the notes of a shard that grew since point elsewhere).
+/// slots it noted where they lie.
 #[test]
 fn early_snapshot_rounds_survive_kills_after_them() {
     const EARLY: (&str, &str) = ("WEIR_EARLY_ROUNDS", "always");
@@ -219,11 +219,12 @@ fn early_snapshot_rounds_survive_kills_after_them() {
         .sum();
     assert!(early > 0, "no committed checkpoint had early rounds:\n{text}");
     assert!(text.contains("a snapshot round walks the only window"), "no round walked its window:\n{text}");
-    // A process that read noted slots was killed afterwards at a protocol step.
+    // A round read noted slots before the last kill at a protocol step, so the state its
+    // checkpoints committed was restored after a kill.
     let slots = text.find(" noted slots of the only window");
     let slots = slots.unwrap_or_else(|| panic!("no round read noted slots:\n{text}"));
     let last_kill = text.rfind("killing the process at").unwrap_or(0);
-    assert!(slots < last_kill, "no process was killed after a round read noted slots:\n{text}");
+    assert!(slots < last_kill, "no kill at a protocol step came after a round read noted slots:\n{text}");
     assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
 }
 
