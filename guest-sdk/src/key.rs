@@ -53,14 +53,25 @@ pub(crate) fn equal(a: &[u8], b: &[u8]) -> bool {
         .all(|(x, y)| x == y)
 }
 
-/// A key's first eight bytes as a big-endian integer, zero-padded: ordered as the keys
+/// A key's first sixteen bytes as a big-endian integer, zero-padded: ordered as the keys
 /// are, except that a key ties with its zero-padded longer ones ([`compare`] breaks it).
+/// Sixteen, not eight: keys of a kind share their first bytes (`user-000123`), and a
+/// sort whose prefixes tie compares the keys themselves, each a look into another place.
+/// Copied in pieces of fixed width: a copy of a length known only at run time is a call.
 #[inline]
-pub(crate) fn prefix(key: &[u8]) -> u64 {
-    let mut head = [0u8; 8];
-    let len = key.len().min(8);
-    head[..len].copy_from_slice(&key[..len]);
-    u64::from_be_bytes(head)
+pub(crate) fn prefix(key: &[u8]) -> u128 {
+    if let Some(head) = key.first_chunk::<16>() {
+        return u128::from_be_bytes(*head);
+    }
+    let mut head = [0u8; 16];
+    let mut at = 0;
+    for width in [8, 4, 2, 1] {
+        if key.len() - at >= width {
+            head[at..at + width].copy_from_slice(&key[at..at + width]);
+            at += width;
+        }
+    }
+    u128::from_be_bytes(head)
 }
 
 /// Lexicographic byte order, as `a.cmp(b)`, comparing eight bytes at a time.
@@ -90,8 +101,8 @@ pub(crate) fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 mod tests {
     use super::*;
 
-    /// Keys alike in length, in their first eight bytes, or in both.
-    const KEYS: [&[u8]; 12] = [
+    /// Keys alike in length, in their first eight or sixteen bytes, or in both.
+    const KEYS: [&[u8]; 16] = [
         b"",
         b"a",
         b"a\0",
@@ -104,6 +115,10 @@ mod tests {
         b"abcdefgh\0",
         b"\xffabcdefg",
         b"abcdefghij",
+        b"abcdefghijklmnop",
+        b"abcdefghijklmnoq",
+        b"abcdefghijklmnop\0",
+        b"abcdefghijklmnopq",
     ];
 
     #[test]
@@ -116,7 +131,8 @@ mod tests {
                 assert!(pa == pb || pa.cmp(&pb) == a.cmp(b), "{a:?} {b:?}");
             }
         }
-        assert_eq!(prefix(b"abcdefgh"), prefix(b"abcdefgh\xff"), "only eight bytes count");
+        assert_eq!(prefix(b"abcdefghijklmnop"), prefix(b"abcdefghijklmnop\xff"), "only sixteen bytes count");
+        assert_ne!(prefix(b"abcdefgh"), prefix(b"abcdefgh\xff"));
     }
 
     #[test]

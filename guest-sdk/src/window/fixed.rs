@@ -337,12 +337,12 @@ impl<A> Pane<A> {
         }
     }
 
-    /// Every (key, accumulator) ordered by key bytes. Sorted by each key's first eight
+    /// Every (key, accumulator) ordered by key bytes. Sorted by each key's first sixteen
     /// bytes, held beside its slot, and only keys alike that far compared whole: most
     /// comparisons touch no key.
     fn into_sorted(self) -> (Vec<u8>, impl Iterator<Item = Slot<A>>) {
         let keys = self.keys;
-        let mut slots: Vec<(u64, Slot<A>)> = self
+        let mut slots: Vec<(u128, Slot<A>)> = self
             .shards
             .into_iter()
             .flatten()
