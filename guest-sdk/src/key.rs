@@ -54,10 +54,11 @@ pub(crate) fn equal(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// A key's first sixteen bytes as a big-endian integer, zero-padded: ordered as the keys
-/// are, except that a key ties with its zero-padded longer ones ([`compare`] breaks it).
-/// Sixteen, not eight: keys of a kind share their first bytes (`user-000123`), and a
-/// sort whose prefixes tie compares the keys themselves, each a look into another place.
-/// Copied in pieces of fixed width: a copy of a length known only at run time is a call.
+/// are, except that keys alike in their first sixteen bytes and keys that differ only by
+/// trailing zero bytes tie ([`compare`] breaks it). Sixteen: keys of a kind share their
+/// first bytes (`user-000123`), and a sort whose prefixes tie reads both keys whole.
+/// Copied in pieces of fixed width: a copy of a length known only at run time is a call
+/// to `memcpy`.
 #[inline]
 pub(crate) fn prefix(key: &[u8]) -> u128 {
     if let Some(head) = key.first_chunk::<16>() {
@@ -133,6 +134,16 @@ mod tests {
         }
         assert_eq!(prefix(b"abcdefghijklmnop"), prefix(b"abcdefghijklmnop\xff"), "only sixteen bytes count");
         assert_ne!(prefix(b"abcdefgh"), prefix(b"abcdefgh\xff"));
+    }
+
+    #[test]
+    fn prefix_holds_every_byte_of_a_short_key_in_place() {
+        let bytes: Vec<u8> = (1..=20).collect();
+        for len in 0..=bytes.len() {
+            let mut head = [0; 16];
+            head[..len.min(16)].copy_from_slice(&bytes[..len.min(16)]);
+            assert_eq!(prefix(&bytes[..len]), u128::from_be_bytes(head), "a key of {len} bytes");
+        }
     }
 
     #[test]
