@@ -195,9 +195,10 @@ fn produce_while_killing(topic: &str, seed: u64) -> std::thread::JoinHandle<Vec<
     produce_paced(topic, seed, 40)
 }
 
-/// The C or Go window count in a real job, SIGKILLed once after a few checkpoints and
-/// restarted without its state_dir (its state comes back from the changelog alone),
-/// then at random moments while input arrives: the committed output is exact.
+/// The C or Go window count in a real job, SIGKILLed once after a few checkpoints, one
+/// of them with state (the input may come after the first ones), and restarted without
+/// its state_dir (its state comes back from the changelog alone), then at random moments
+/// while input arrives: the committed output is exact.
 fn port_survives_sigkill(plugin: &str) {
     let job = job::job_dir(plugin);
     topics(&job);
@@ -206,6 +207,7 @@ fn port_survives_sigkill(plugin: &str) {
     let log = job.dir.path().join("weir.log");
     let mut child = job::start(&job.path(), &log, &[]);
     job::wait_for_more(&log, "checkpoint committed", 3, Duration::from_secs(60));
+    job::wait_for_committed_state(&log, Duration::from_secs(60));
     job::kill(&mut child);
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
     let mut child = job::start(&job.path(), &log, &[]);

@@ -251,6 +251,7 @@ fn a_dedup_job_killed_at_random_with_its_state_dir_lost_commits_exactly_the_refe
     // A first run long enough to checkpoint state, killed, restarted without its state_dir.
     let mut child = job::start(&job.path(), &log, &[]);
     job::wait_for_more(&log, "checkpoint committed", 3, Duration::from_secs(60));
+    job::wait_for_committed_state(&log, Duration::from_secs(60));
     job::kill(&mut child);
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
     kill_at_random_moments(&job, &log, 12, seed);

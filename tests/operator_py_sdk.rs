@@ -573,6 +573,7 @@ fn py_window_max_survives_sigkill_and_lost_state_dirs_exactly() {
     // rebuild them from the changelog alone.
     let mut child = job::start(&job.path(), &log, &[]);
     job::wait_for_more(&log, "checkpoint committed", 3, Duration::from_secs(240));
+    job::wait_for_committed_state(&log, Duration::from_secs(60));
     job::kill(&mut child);
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
     let mut child = job::start(&job.path(), &log, &[]);

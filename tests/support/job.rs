@@ -274,13 +274,26 @@ pub fn wait_for_log(log: &Path, needle: &str, within: Duration) {
 /// Waits until `needle` occurs more than `before` times in the log, polling, for at most
 /// `within`; fails showing the log otherwise.
 pub fn wait_for_more(log: &Path, needle: &str, before: usize, within: Duration) {
+    wait_until(log, &format!("`{needle}` logged"), within, |text| text.matches(needle).count() > before);
+}
+
+/// Waits until a checkpoint that wrote keyed state has committed: the state a kill after
+/// it leaves is in the changelog, whenever the job's first records arrived.
+pub fn wait_for_committed_state(log: &Path, within: Duration) {
+    let wrote_state = |line: &str| line.contains("checkpoint committed") && !line.contains("state_changes=0");
+    wait_until(log, "a checkpoint with state changes committed", within, |text| text.lines().any(wrote_state));
+}
+
+/// Polls the log until `done` holds of it, for at most `within`; fails saying what was
+/// awaited and showing the log otherwise.
+fn wait_until(log: &Path, awaited: &str, within: Duration, done: impl Fn(&str) -> bool) {
     let deadline = Instant::now() + within;
-    while count_in_log(log, needle) <= before {
-        assert!(
-            Instant::now() < deadline,
-            "`{needle}` not logged within {within:?}:\n{}",
-            read_log(log)
-        );
+    loop {
+        let text = read_log(log);
+        if done(&text) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{awaited}: not within {within:?}:\n{text}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
