@@ -162,21 +162,29 @@ fn kill_at_steps(job: &JobDir, log: &std::path::Path, steps: &[(&str, u64)]) {
     }
 }
 
-/// SIGKILLs fresh runs of the job at random moments from 0 to 2.5 s after spawn, so that
-/// kills land during start-up, recovery, processing and checkpoints alike; with
-/// `lose_state`, the state_dir is deleted before a random half of the restarts, so those
-/// rebuild it from the whole changelog. Returns how many kills landed while the job was
-/// running (after it logged that it had recovered).
+/// SIGKILLs fresh runs of the job at random moments from 0 to 2.5 s after spawn (every
+/// fourth run's moment counted from when it runs), so that kills land during start-up,
+/// recovery, processing and checkpoints alike; with `lose_state`, the state_dir is
+/// deleted before every fourth restart and a random half of the others, so those rebuild
+/// it from the whole changelog. Returns how many kills landed while the job was running
+/// (after it logged that it had recovered).
 fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, seed: u64, lose_state: bool) -> usize {
     let mut state = seed;
     let mut while_running = 0;
-    for _ in 0..kills {
-        if lose_state && support::next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
+    for kill in 0..kills {
+        // However slow the machine makes recovery, some kills land in a running job, and
+        // some of them after a rebuild.
+        let once_running = kill % 4 == 0;
+        let lose = lose_state && (once_running || support::next_random(&mut state).is_multiple_of(2));
+        if lose && job.state_dir().exists() {
             std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
         }
         let delay = Duration::from_millis(support::next_random(&mut state) % 2500);
         let running_before = job::count_in_log(log, "recovered; running");
         let mut child = job::start(&job.path(), log, &[]);
+        if once_running {
+            job::wait_for_more(log, "recovered; running", running_before, Duration::from_secs(60));
+        }
         let started = Instant::now();
         if let Some(status) = job::wait(&mut child, delay) {
             panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), std::fs::read_to_string(log).unwrap());

@@ -31,10 +31,18 @@ const REBUILT: &str = "rebuilding keyed state from the whole changelog";
 
 /// The start after the kills. When no restart so far has rebuilt keyed state from the
 /// changelog (every kill after a lost state_dir may have come before recovery was
-/// done), the state_dir is deleted first, so that every run covers a rebuild.
+/// done), the state_dir is deleted first, so that every run covers a rebuild; and a
+/// rebuild needs a committed checkpoint, which a run killed before its first never left.
 fn start_rebuilding(job: &JobDir, log: &Path) -> Child {
-    if !job::read_log(log).contains(REBUILT) && job.state_dir().exists() {
-        std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    if !job::read_log(log).contains(REBUILT) {
+        if job::count_in_log(log, "checkpoint committed") == 0 {
+            let mut child = job::start(&job.path(), log, &[]);
+            job::wait_for_log(log, "checkpoint committed", EVIDENCE_WITHIN);
+            job::kill(&mut child);
+        }
+        if job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
     }
     job::start(&job.path(), log, &[])
 }

@@ -8,6 +8,8 @@ use crate::support;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -29,50 +31,104 @@ fn topics(job: &JobDir) {
     support::create_topic(&job.output, PARTITIONS);
 }
 
+type Produced = (Clicks, Vec<Input>);
+
 /// Input in `chunks` chunks of `CHUNK` records 150 ms apart, then (with `flush`) the
 /// flush records. Returns everything produced.
-fn produce_paced(topic: &str, clicks: Clicks, chunks: usize, flush: bool) -> std::thread::JoinHandle<(Clicks, Vec<Input>)> {
+fn produce_paced(topic: &str, clicks: Clicks, chunks: usize, flush: bool) -> std::thread::JoinHandle<Produced> {
     let topic = topic.to_string();
-    let mut clicks = clicks;
-    std::thread::spawn(move || {
-        let mut all = Vec::new();
-        for _ in 0..chunks {
-            let chunk = clicks.take(CHUNK);
-            support::produce(&topic, &chunk);
-            all.extend(chunk);
-            std::thread::sleep(Duration::from_millis(150)); // pacing, not synchronisation
-        }
-        if flush {
-            let records = clicks.flush();
-            support::produce(&topic, &records);
-            all.extend(records);
-        }
-        (clicks, all)
-    })
+    std::thread::spawn(move || paced(&topic, clicks, flush, |produced| produced < chunks))
+}
+
+/// `produce_paced`'s chunks, then its flush records, until `Until::finish`.
+fn produce_paced_until(topic: &str, clicks: Clicks) -> Until {
+    let topic = topic.to_string();
+    Until::start(move |stop| paced(&topic, clicks, true, |produced| produced < MAX_CHUNKS && !stop.load(Ordering::Acquire)))
+}
+
+fn paced(topic: &str, mut clicks: Clicks, flush: bool, more: impl Fn(usize) -> bool) -> Produced {
+    let mut all = Vec::new();
+    let mut produced = 0;
+    while more(produced) {
+        let chunk = clicks.take(CHUNK);
+        support::produce(topic, &chunk);
+        all.extend(chunk);
+        produced += 1;
+        std::thread::sleep(Duration::from_millis(150)); // pacing, not synchronisation
+    }
+    if flush {
+        let records = clicks.flush();
+        support::produce(topic, &records);
+        all.extend(records);
+    }
+    (clicks, all)
+}
+
+/// Bounds the input of `Until`: five minutes of pauses alone, far more than a test waits.
+const MAX_CHUNKS: usize = 2_000;
+
+/// Input that goes on for as long as the faults a test waits for take to fire, however
+/// slow the machine makes them, until `finish`; dropped unfinished (its test failed),
+/// it stops.
+struct Until {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Produced>>,
+}
+
+impl Until {
+    fn start(produce: impl FnOnce(&AtomicBool) -> Produced + Send + 'static) -> Until {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        Until { stop, handle: Some(std::thread::spawn(move || produce(&flag))) }
+    }
+
+    /// Ends the input with the flush records; returns everything produced.
+    fn finish(mut self) -> Vec<Input> {
+        self.stop.store(true, Ordering::Release);
+        self.handle.take().expect("finished once").join().expect("producer thread").1
+    }
+}
+
+impl Drop for Until {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
 }
 
 /// Input at a steady `per_second` records a second for `seconds`, then the flush
 /// records, from one producer. Returns everything produced.
-fn produce_steady(topic: &str, clicks: Clicks, per_second: usize, seconds: u64) -> std::thread::JoinHandle<(Clicks, Vec<Input>)> {
-    const TICK: Duration = Duration::from_millis(50);
+fn produce_steady(topic: &str, clicks: Clicks, per_second: usize, seconds: u64) -> std::thread::JoinHandle<Produced> {
     let topic = topic.to_string();
-    let mut clicks = clicks;
     std::thread::spawn(move || {
-        let producer = support::input_producer();
-        let mut all = Vec::new();
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(seconds) {
-            let chunk = clicks.take(per_second * TICK.as_millis() as usize / 1_000);
-            support::send(&producer, &topic, &chunk);
-            all.extend(chunk);
-            std::thread::sleep(TICK); // pacing, not synchronisation
-        }
-        let records = clicks.flush();
-        support::send(&producer, &topic, &records);
-        all.extend(records);
-        producer.flush(Duration::from_secs(30)).expect("flush");
-        (clicks, all)
+        steady(&topic, clicks, per_second, || start.elapsed() < Duration::from_secs(seconds))
     })
+}
+
+/// `produce_steady`'s input until `Until::finish` (at most five minutes).
+fn produce_steady_until(topic: &str, clicks: Clicks, per_second: usize) -> Until {
+    let topic = topic.to_string();
+    Until::start(move |stop| {
+        let start = Instant::now();
+        steady(&topic, clicks, per_second, || start.elapsed() < Duration::from_secs(300) && !stop.load(Ordering::Acquire))
+    })
+}
+
+fn steady(topic: &str, mut clicks: Clicks, per_second: usize, more: impl Fn() -> bool) -> Produced {
+    const TICK: Duration = Duration::from_millis(50);
+    let producer = support::input_producer();
+    let mut all = Vec::new();
+    while more() {
+        let chunk = clicks.take(per_second * TICK.as_millis() as usize / 1_000);
+        support::send(&producer, topic, &chunk);
+        all.extend(chunk);
+        std::thread::sleep(TICK); // pacing, not synchronisation
+    }
+    let records = clicks.flush();
+    support::send(&producer, topic, &records);
+    all.extend(records);
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    (clicks, all)
 }
 
 /// Runs the job until its committed output holds the reference of `input`, stops it
@@ -137,7 +193,7 @@ fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
     topics(&job);
     job.window_count(2, 150, WINDOW_MS as u64, "");
     // Input for as long as the kills below take: a checkpoint that writes a base needs it.
-    let producer = produce_paced(&job.input, Clicks::new(31, PARTITIONS, KEYS), 90, true);
+    let producer = produce_paced_until(&job.input, Clicks::new(31, PARTITIONS, KEYS));
     let log = job.dir.path().join("weir.log");
     // Killed in a base (its chunks sent, its end not), then at each step of a checkpoint
     // soon after, with the state_dir deleted before some restarts: bases are read back
@@ -161,7 +217,7 @@ fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
         std::thread::sleep(Duration::from_millis(300 + support::next_random(&mut seed) % 2_000));
         job::kill(&mut child);
     }
-    let (_, input) = producer.join().expect("producer thread");
+    let input = producer.finish();
     let text = finish_and_compare(&job, &input, &log);
     assert!(text.contains("killing the process at InBase"), "no kill landed in a base:\n{text}");
     assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
@@ -183,7 +239,7 @@ fn early_snapshot_rounds_survive_kills_after_them() {
     topics(&job);
     // Early rounds a quarter or an eighth interval (100 or 50 ms) apart.
     job.window_count(2, 400, WINDOW_MS as u64, "");
-    let producer = produce_steady(&job.input, Clicks::new(41, PARTITIONS, 200_000), 10_000, 40);
+    let producer = produce_steady_until(&job.input, Clicks::new(41, PARTITIONS, 200_000), 10_000);
     let log = job.dir.path().join("weir.log");
     let mut seed = support::crash_seed();
     for round in 0..4 {
@@ -209,7 +265,7 @@ fn early_snapshot_rounds_survive_kills_after_them() {
         std::thread::sleep(Duration::from_millis(300 + support::next_random(&mut seed) % 2_000));
         job::kill(&mut child);
     }
-    let (_, input) = producer.join().expect("producer thread");
+    let input = producer.finish();
     let text = finish_and_compare_with(&job, &input, &log, &[EARLY, ROUNDS]);
     assert!(text.contains("killing the process at InEarlyRound"), "no kill landed after an early round:\n{text}");
     let early: u64 = text

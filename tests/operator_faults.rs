@@ -223,9 +223,10 @@ fn no_file_is_reachable() {
 
 #[test]
 fn no_socket_can_connect() {
+    let plugin = load("bad-socket");
     let started = Instant::now();
     let err = OperatorInstance::new(
-        &load("bad-socket"),
+        &plugin,
         tight_limits(),
         vec![],
         "bad-socket[0]".into(),
@@ -333,9 +334,10 @@ fn timestamps_kafka_refuses_are_the_plugins_error_naming_the_value() {
 #[test]
 fn tables_count_against_the_memory_cap() {
     // 100 funcref tables of 2^20 elements: 1.6 GiB of host memory as counted.
+    let plugin = load("bad-tables");
     let started = Instant::now();
     let err = OperatorInstance::new(
-        &load("bad-tables"),
+        &plugin,
         Limits::default(),
         vec![],
         "bad-tables[0]".into(),

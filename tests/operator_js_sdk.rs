@@ -310,6 +310,7 @@ fn javascript_total_survives_sigkill_and_a_lost_state_dir_exactly() {
 
     let mut child = job::start(&job.path(), &log, &[]);
     job::wait_for_more(&log, "checkpoint committed", 3, Duration::from_secs(120));
+    job::wait_for_committed_state(&log, Duration::from_secs(60));
     job::kill(&mut child);
     let mut state = seed;
     let kills = 8;
