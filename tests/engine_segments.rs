@@ -8,14 +8,13 @@ use crate::support;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
-use support::clicks::{self, Clicks, Input};
+use support::clicks::{self, Clicks, Input, Producing};
 use support::job::{self, CHANGELOG_PARTITIONS, JobDir, KEY_GROUPS};
 use support::{Isolation, Tail};
 
@@ -33,17 +32,16 @@ fn topics(job: &JobDir) {
 
 type Produced = (Clicks, Vec<Input>);
 
-/// Input in `chunks` chunks of `CHUNK` records 150 ms apart, then (with `flush`) the
-/// flush records. Returns everything produced.
-fn produce_paced(topic: &str, clicks: Clicks, chunks: usize, flush: bool) -> std::thread::JoinHandle<Produced> {
+/// Input in `chunks` chunks of `CHUNK` records 150 ms apart. Returns everything produced.
+fn produce_paced(topic: &str, clicks: Clicks, chunks: usize) -> std::thread::JoinHandle<Produced> {
     let topic = topic.to_string();
-    std::thread::spawn(move || paced(&topic, clicks, flush, |produced| produced < chunks))
+    std::thread::spawn(move || paced(&topic, clicks, false, |produced| produced < chunks))
 }
 
-/// `produce_paced`'s chunks, then its flush records, until `Until::finish`.
-fn produce_paced_until(topic: &str, clicks: Clicks) -> Until {
+/// `produce_paced`'s chunks until `Producing::finish`, then the flush records.
+fn produce_paced_until(topic: &str, clicks: Clicks) -> Producing<Produced> {
     let topic = topic.to_string();
-    Until::start(move |stop| paced(&topic, clicks, true, |produced| produced < MAX_CHUNKS && !stop.load(Ordering::Acquire)))
+    Producing::start(move |stop| paced(&topic, clicks, true, |produced| produced < MAX_CHUNKS && !stop.load(Ordering::Acquire)))
 }
 
 fn paced(topic: &str, mut clicks: Clicks, flush: bool, more: impl Fn(usize) -> bool) -> Produced {
@@ -64,36 +62,10 @@ fn paced(topic: &str, mut clicks: Clicks, flush: bool, more: impl Fn(usize) -> b
     (clicks, all)
 }
 
-/// Bounds the input of `Until`: five minutes of pauses alone, far more than a test waits.
+/// Bounds the input a test ends with `Producing::finish`: five minutes of pauses
+/// alone, far more than a test waits.
 const MAX_CHUNKS: usize = 2_000;
-
-/// Input that goes on for as long as the faults a test waits for take to fire, however
-/// slow the machine makes them, until `finish`; dropped unfinished (its test failed),
-/// it stops.
-struct Until {
-    stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Produced>>,
-}
-
-impl Until {
-    fn start(produce: impl FnOnce(&AtomicBool) -> Produced + Send + 'static) -> Until {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        Until { stop, handle: Some(std::thread::spawn(move || produce(&flag))) }
-    }
-
-    /// Ends the input with the flush records; returns everything produced.
-    fn finish(mut self) -> Vec<Input> {
-        self.stop.store(true, Ordering::Release);
-        self.handle.take().expect("finished once").join().expect("producer thread").1
-    }
-}
-
-impl Drop for Until {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-    }
-}
+const MAX_STEADY: Duration = Duration::from_secs(300);
 
 /// Input at a steady `per_second` records a second for `seconds`, then the flush
 /// records, from one producer. Returns everything produced.
@@ -105,12 +77,12 @@ fn produce_steady(topic: &str, clicks: Clicks, per_second: usize, seconds: u64) 
     })
 }
 
-/// `produce_steady`'s input until `Until::finish` (at most five minutes).
-fn produce_steady_until(topic: &str, clicks: Clicks, per_second: usize) -> Until {
+/// `produce_steady`'s input until `Producing::finish`, then the flush records.
+fn produce_steady_until(topic: &str, clicks: Clicks, per_second: usize) -> Producing<Produced> {
     let topic = topic.to_string();
-    Until::start(move |stop| {
+    Producing::start(move |stop| {
         let start = Instant::now();
-        steady(&topic, clicks, per_second, || start.elapsed() < Duration::from_secs(300) && !stop.load(Ordering::Acquire))
+        steady(&topic, clicks, per_second, || start.elapsed() < MAX_STEADY && !stop.load(Ordering::Acquire))
     })
 }
 
@@ -217,7 +189,7 @@ fn bases_survive_kills_in_them_and_at_every_step_of_their_checkpoints() {
         std::thread::sleep(Duration::from_millis(300 + support::next_random(&mut seed) % 2_000));
         job::kill(&mut child);
     }
-    let input = producer.finish();
+    let (_, input) = producer.finish();
     let text = finish_and_compare(&job, &input, &log);
     assert!(text.contains("killing the process at InBase"), "no kill landed in a base:\n{text}");
     assert!(bases_written(&text) > 0, "no committed checkpoint wrote a base:\n{text}");
@@ -265,7 +237,7 @@ fn early_snapshot_rounds_survive_kills_after_them() {
         std::thread::sleep(Duration::from_millis(300 + support::next_random(&mut seed) % 2_000));
         job::kill(&mut child);
     }
-    let input = producer.finish();
+    let (_, input) = producer.finish();
     let text = finish_and_compare_with(&job, &input, &log, &[EARLY, ROUNDS]);
     assert!(text.contains("killing the process at InEarlyRound"), "no kill landed after an early round:\n{text}");
     let early: u64 = text
@@ -383,7 +355,7 @@ fn a_changelog_the_cleaner_compacted_restores_the_same_state() {
     // Phases of input, each drained; each phase's records close the log segments the
     // one before wrote, which the cleaner may then compact.
     for phase in 0.. {
-        let (rest, chunk) = produce_paced(&job.input, clicks, 8, false).join().expect("producer thread");
+        let (rest, chunk) = produce_paced(&job.input, clicks, 8).join().expect("producer thread");
         clicks = rest;
         input.extend(chunk);
         let mut child = job::start(&job.path(), &log, &[]);
@@ -492,7 +464,7 @@ fn incomplete_bases_are_never_used() {
     topics(&job);
     job.window_count(2, 150, WINDOW_MS as u64, "");
     let log = job.dir.path().join("weir.log");
-    let (clicks, mut input) = produce_paced(&job.input, Clicks::new(41, PARTITIONS, KEYS), 8, false).join().unwrap();
+    let (clicks, mut input) = produce_paced(&job.input, Clicks::new(41, PARTITIONS, KEYS), 8).join().unwrap();
     let mut child = job::start(&job.path(), &log, &[]);
     let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
     wait_committed(&job.name, &job.input, &ends, &mut child, &log);
@@ -520,7 +492,7 @@ fn incomplete_bases_are_never_used() {
         ],
     );
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-    let (clicks, more) = produce_paced(&job.input, clicks, 4, false).join().unwrap();
+    let (clicks, more) = produce_paced(&job.input, clicks, 4).join().unwrap();
     input.extend(more);
     input.extend(clicks.flush());
     support::produce(&job.input, &clicks.flush());
@@ -534,7 +506,7 @@ fn a_malformed_segment_stops_the_restore_naming_topic_partition_and_offset() {
     topics(&job);
     job.window_count(2, 150, WINDOW_MS as u64, "");
     let log = job.dir.path().join("weir.log");
-    let (_, input) = produce_paced(&job.input, Clicks::new(43, PARTITIONS, 2_000), 4, false).join().unwrap();
+    let (_, input) = produce_paced(&job.input, Clicks::new(43, PARTITIONS, 2_000), 4).join().unwrap();
     let mut child = job::start(&job.path(), &log, &[]);
     let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
     wait_committed(&job.name, &job.input, &ends, &mut child, &log);

@@ -76,34 +76,43 @@ impl Clicks {
 /// Input that arrives in `chunks` chunks of 2,500 records 300 ms apart, then the flush
 /// records; `keyed`: co-partitioned by key (`take_keyed`). Returns everything produced.
 pub fn produce_paced(topic: &str, seed: u64, partitions: i32, chunks: usize, keyed: bool) -> std::thread::JoinHandle<Vec<Input>> {
-    produce_while(topic, seed, partitions, keyed, move |produced| produced < chunks)
+    let topic = topic.to_string();
+    std::thread::spawn(move || produce_chunks(&topic, seed, partitions, keyed, |produced| produced < chunks))
 }
 
 /// As `produce_paced`, chunk after chunk until `Producing::finish` (at most
 /// `MAX_CHUNKS`): input for as long as the faults a test waits for take to fire,
 /// however slow the machine makes them.
 pub fn produce_until(topic: &str, seed: u64, partitions: i32, keyed: bool) -> Producing {
-    let stop = Arc::new(AtomicBool::new(false));
-    let more = Arc::clone(&stop);
-    let handle = produce_while(topic, seed, partitions, keyed, move |produced| produced < MAX_CHUNKS && !more.load(Ordering::Acquire));
-    Producing { stop, handle: Some(handle) }
+    let topic = topic.to_string();
+    Producing::start(move |stop| {
+        produce_chunks(&topic, seed, partitions, keyed, |produced| produced < MAX_CHUNKS && !stop.load(Ordering::Acquire))
+    })
 }
 
-/// Input `produce_until` produces; dropped unfinished (its test failed), it stops.
-pub struct Producing {
+/// Input a thread produces until `finish`; dropped unfinished (its test failed), it
+/// stops. `T` is what the thread returns: by default everything it produced.
+pub struct Producing<T: Send + 'static = Vec<Input>> {
     stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Vec<Input>>>,
+    handle: Option<std::thread::JoinHandle<T>>,
 }
 
-impl Producing {
-    /// Ends the input with the flush records; returns everything produced.
-    pub fn finish(mut self) -> Vec<Input> {
+impl<T: Send + 'static> Producing<T> {
+    /// Runs `produce` on a thread of its own; it goes on until the flag it is given is set.
+    pub fn start(produce: impl FnOnce(&AtomicBool) -> T + Send + 'static) -> Producing<T> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        Producing { stop, handle: Some(std::thread::spawn(move || produce(&flag))) }
+    }
+
+    /// Ends the input (its producer adds the flush records); returns what it produced.
+    pub fn finish(mut self) -> T {
         self.stop.store(true, Ordering::Release);
         self.handle.take().expect("finished once").join().expect("producer thread")
     }
 }
 
-impl Drop for Producing {
+impl<T: Send + 'static> Drop for Producing<T> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
     }
@@ -112,24 +121,21 @@ impl Drop for Producing {
 /// Bounds `produce_until`: ten minutes of pauses alone, far more than a test waits.
 const MAX_CHUNKS: usize = 2_000;
 
-fn produce_while(topic: &str, seed: u64, partitions: i32, keyed: bool, more: impl Fn(usize) -> bool + Send + 'static) -> std::thread::JoinHandle<Vec<Input>> {
-    let topic = topic.to_string();
-    std::thread::spawn(move || {
-        let mut clicks = Clicks::new(seed, partitions, 500);
-        let mut all = Vec::new();
-        let mut produced = 0;
-        while more(produced) {
-            let chunk = if keyed { clicks.take_keyed(2_500) } else { clicks.take(2_500) };
-            super::produce(&topic, &chunk);
-            all.extend(chunk);
-            produced += 1;
-            std::thread::sleep(std::time::Duration::from_millis(300)); // pacing, not synchronisation
-        }
-        let flush = if keyed { clicks.flush_keyed() } else { clicks.flush() };
-        super::produce(&topic, &flush);
-        all.extend(flush);
-        all
-    })
+fn produce_chunks(topic: &str, seed: u64, partitions: i32, keyed: bool, more: impl Fn(usize) -> bool) -> Vec<Input> {
+    let mut clicks = Clicks::new(seed, partitions, 500);
+    let mut all = Vec::new();
+    let mut produced = 0;
+    while more(produced) {
+        let chunk = if keyed { clicks.take_keyed(2_500) } else { clicks.take(2_500) };
+        super::produce(topic, &chunk);
+        all.extend(chunk);
+        produced += 1;
+        std::thread::sleep(std::time::Duration::from_millis(300)); // pacing, not synchronisation
+    }
+    let flush = if keyed { clicks.flush_keyed() } else { clicks.flush() };
+    super::produce(topic, &flush);
+    all.extend(flush);
+    all
 }
 
 /// Fails unless most keys occur in every partition: a shuffle that routed nothing, or a
