@@ -62,9 +62,10 @@ fn paced(topic: &str, mut clicks: Clicks, flush: bool, more: impl Fn(usize) -> b
     (clicks, all)
 }
 
-/// Bounds the input a test ends with `Producing::finish`: five minutes of pauses
+/// Bounds the paced input a test ends with `Producing::finish`: five minutes of pauses
 /// alone, far more than a test waits.
 const MAX_CHUNKS: usize = 2_000;
+/// Bounds the steady input a test ends with `Producing::finish`, as `MAX_CHUNKS` does.
 const MAX_STEADY: Duration = Duration::from_secs(300);
 
 /// Input at a steady `per_second` records a second for `seconds`, then the flush

@@ -280,8 +280,12 @@ pub fn wait_for_more(log: &Path, needle: &str, before: usize, within: Duration) 
 /// Waits until a checkpoint that wrote keyed state has committed: the state a kill after
 /// it leaves is in the changelog, whenever the job's first records arrived.
 pub fn wait_for_committed_state(log: &Path, within: Duration) {
-    let wrote_state = |line: &str| line.contains("checkpoint committed") && !line.contains("state_changes=0");
-    wait_until(log, "a checkpoint with state changes committed", within, |text| text.lines().any(wrote_state));
+    wait_until(log, "a checkpoint with state changes committed", within, |text| text.lines().any(committed_state));
+}
+
+/// Whether a log line says a checkpoint that wrote keyed state has committed.
+pub fn committed_state(line: &str) -> bool {
+    line.contains("checkpoint committed") && !line.contains("state_changes=0")
 }
 
 /// Polls the log until `done` holds of it, for at most `within`; fails saying what was
