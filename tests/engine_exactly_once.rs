@@ -8,7 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use support::clicks::{self, Clicks};
-use support::job::{self, JobDir};
+use support::job::{self, JobDir, StateDir};
 use support::{Isolation, Tail};
 
 
@@ -162,41 +162,6 @@ fn kill_at_steps(job: &JobDir, log: &std::path::Path, steps: &[(&str, u64)]) {
     }
 }
 
-/// SIGKILLs fresh runs of the job at random moments from 0 to 2.5 s after spawn (every
-/// fourth run's moment counted from when it runs), so that kills land during start-up,
-/// recovery, processing and checkpoints alike; with `lose_state`, the state_dir is
-/// deleted before every fourth restart and a random half of the others, so those rebuild
-/// it from the whole changelog. Returns how many kills landed while the job was running
-/// (after it logged that it had recovered).
-fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, seed: u64, lose_state: bool) -> usize {
-    let mut state = seed;
-    let mut while_running = 0;
-    for kill in 0..kills {
-        // However slow the machine makes recovery, some kills land in a running job, and
-        // some of them after a rebuild.
-        let once_running = kill % 4 == 0;
-        let lose = lose_state && (once_running || support::next_random(&mut state).is_multiple_of(2));
-        if lose && job.state_dir().exists() {
-            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-        }
-        let delay = Duration::from_millis(support::next_random(&mut state) % 2500);
-        let running_before = job::count_in_log(log, "recovered; running");
-        let mut child = job::start(&job.path(), log, &[]);
-        if once_running {
-            job::wait_for_more(log, "recovered; running", running_before, Duration::from_secs(60));
-        }
-        let started = Instant::now();
-        if let Some(status) = job::wait(&mut child, delay) {
-            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), std::fs::read_to_string(log).unwrap());
-        }
-        job::kill(&mut child);
-        if job::count_in_log(log, "recovered; running") > running_before {
-            while_running += 1;
-        }
-    }
-    while_running
-}
-
 /// Input that keeps arriving while the job is being killed: 100,000 records in paced
 /// chunks, then the flush records. Returns everything produced.
 fn produce_while_killing(topic: &str, seed: u64) -> std::thread::JoinHandle<Vec<clicks::Input>> {
@@ -221,7 +186,7 @@ fn port_survives_sigkill(plugin: &str) {
     let mut child = job::start(&job.path(), &log, &[]);
     job::wait_for_log(&log, "restored keyed state", Duration::from_secs(60));
     job::kill(&mut child);
-    kill_at_random_moments(&job, &log, 4, support::crash_seed(), true);
+    job::kill_at_random_moments(&job, &log, 4, support::crash_seed(), StateDir::Lost);
     let input = producer.join().expect("producer thread");
     let mut child = job::start(&job.path(), &log, &[]);
     stop_and_compare(&job, &mut child, &input, &log);
@@ -257,7 +222,7 @@ fn survives_sigkill_at_random_moments_and_at_every_protocol_step() {
     let producer = produce_while_killing(&job.input, seed);
     kill_at_every_protocol_step(&job, &log);
     // Every fourth of these kills waits for the job to run (and a rebuild before it).
-    let while_running = kill_at_random_moments(&job, &log, kills, seed, true);
+    let while_running = job::kill_at_random_moments(&job, &log, kills, seed, StateDir::Lost);
     let rebuilt = job::count_in_log(&log, "replayed keyed state from the whole changelog");
     assert!(rebuilt > 0, "no restart rebuilt its state from the changelog");
     // The kill after checkpoint 2's commit comes before its fold into the state_dir: the
@@ -302,7 +267,7 @@ fn at_least_once_loses_nothing_under_sigkill() {
     // from before that first checkpoint's fold would read them.
     kill_at_steps(&job, &log, &[("after-commit", 1), ("after-commit", 2), ("after-changes-sealed", 4)]);
     assert!(job::count_in_log(&log, "replayed keyed state from the changelog's tail") >= 1, "{}", job::read_log(&log));
-    let while_running = kill_at_random_moments(&job, &log, 12, seed, false);
+    let while_running = job::kill_at_random_moments(&job, &log, 12, seed, StateDir::Kept);
     let input = producer.join().expect("producer thread");
     let expected = clicks::window_counts(&input, WINDOW_MS);
     let mut child = job::start(&job.path(), &log, &[]);

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::clicks::{self, Clicks};
-use support::graph::{Topic, kill_at_random_moments};
-use support::job::{self, JobDir};
+use support::graph::Topic;
+use support::job::{self, JobDir, StateDir};
 use support::{Isolation, Tail};
 
 const WINDOW_MS: i64 = 1000;
@@ -123,7 +123,7 @@ brokers = "{brokers}"
     let seed = support::crash_seed();
     let (from_a, from_b) = (produce(&a, seed, 16), produce(&b, seed ^ 0x5555, 12));
     let log = job.dir.path().join("weir.log");
-    kill_at_random_moments(&job, &log, 8, seed);
+    job::kill_at_random_moments(&job, &log, 8, seed, StateDir::Lost);
     let (input_a, input_b) = (from_a.join().expect("producer a"), from_b.join().expect("producer b"));
     // Once more after a commit, then without the state_dir: the restart rebuilds it.
     let mut child = job::start(&job.path(), &log, &[]);

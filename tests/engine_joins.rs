@@ -12,8 +12,8 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use support::clicks::{self, FLUSH_MS, Input, START_MS};
-use support::graph::{Topic, kill_at_random_moments};
-use support::job::{self, JobDir};
+use support::graph::Topic;
+use support::job::{self, JobDir, StateDir};
 use support::{Isolation, Tail};
 
 /// Each (key, value) with how many times it must be committed.
@@ -519,7 +519,7 @@ fn enrich_commits_each_reference_under_sigkill_with_the_table_growing() {
     let producer = during_kills::Producer { clicks: topics[0].clone(), users: topics[1].clone(), enriched: topics[2].clone() };
     let producing = std::thread::spawn(move || producer.run(seed));
     let log = job.dir.path().join("weir.log");
-    kill_at_random_moments(&job, &log, 8, seed);
+    job::kill_at_random_moments(&job, &log, 8, seed, StateDir::Lost);
 
     // The producer waits on committed output: the job runs again before it is joined.
     let mut child = start_rebuilding(&job, &log);
@@ -776,7 +776,7 @@ fn router_commits_each_output_exactly_under_sigkill() {
     let seed = support::crash_seed();
     let producing = routing::produce_paced(orders.clone(), copy.clone(), seed);
     let log = job.dir.path().join("weir.log");
-    kill_at_random_moments(&job, &log, 8, seed);
+    job::kill_at_random_moments(&job, &log, 8, seed, StateDir::Lost);
 
     // The producer waits on committed output: the job runs again before it is joined.
     let mut child = job::start(&job.path(), &log, &[]);
@@ -978,7 +978,7 @@ fn interval_join_commits_every_pair_once_under_sigkill() {
     let expected = payments::pairs(&events);
     let producing = payments::produce(orders.clone(), payments_topic.clone(), events.clone());
     let log = job.dir.path().join("weir.log");
-    kill_at_random_moments(&job, &log, 8, seed);
+    job::kill_at_random_moments(&job, &log, 8, seed, StateDir::Lost);
     producing.join().expect("the order and payment producer");
 
     let mut child = start_rebuilding(&job, &log);

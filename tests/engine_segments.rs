@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
-use support::clicks::{self, Clicks, Input, Producing};
+use support::clicks::{self, Clicks, Input, Pace, Producing};
 use support::job::{self, CHANGELOG_PARTITIONS, JobDir, KEY_GROUPS};
 use support::{Isolation, Tail};
 
@@ -45,15 +45,8 @@ fn produce_paced_until(topic: &str, clicks: Clicks) -> Producing<Produced> {
 }
 
 fn paced(topic: &str, mut clicks: Clicks, flush: bool, more: impl Fn(usize) -> bool) -> Produced {
-    let mut all = Vec::new();
-    let mut produced = 0;
-    while more(produced) {
-        let chunk = clicks.take(CHUNK);
-        support::produce(topic, &chunk);
-        all.extend(chunk);
-        produced += 1;
-        std::thread::sleep(Duration::from_millis(150)); // pacing, not synchronisation
-    }
+    let pace = Pace { chunk: CHUNK, pause: Duration::from_millis(150), keyed: false };
+    let mut all = clicks::produce_chunks_of(topic, &mut clicks, pace, more);
     if flush {
         let records = clicks.flush();
         support::produce(topic, &records);

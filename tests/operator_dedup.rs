@@ -8,11 +8,11 @@ use crate::operator_common as common;
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Image, apply, changes, config, load, plugin_path, records, restore};
 use support::clicks::java_partition;
-use support::job::{self, JobDir};
+use support::job::{self, StateDir};
 use support::{Isolation, Tail};
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance};
@@ -218,24 +218,6 @@ fn produce_paced(topic: &str, seed: u64, chunks: usize) -> std::thread::JoinHand
     })
 }
 
-/// SIGKILLs fresh runs at random moments up to 2.5 s after spawn; before a random half
-/// of the restarts the state_dir is deleted, so those rebuild it from the changelog.
-fn kill_at_random_moments(job: &JobDir, log: &std::path::Path, kills: usize, seed: u64) {
-    let mut state = seed;
-    for _ in 0..kills {
-        if support::next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
-            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-        }
-        let delay = Duration::from_millis(support::next_random(&mut state) % 2500);
-        let mut child = job::start(&job.path(), log, &[]);
-        let started = Instant::now();
-        if let Some(status) = job::wait(&mut child, delay) {
-            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), job::read_log(log));
-        }
-        job::kill(&mut child);
-    }
-}
-
 #[test]
 fn a_dedup_job_killed_at_random_with_its_state_dir_lost_commits_exactly_the_reference() {
     let job = job::job_dir("dedup-crash");
@@ -254,7 +236,7 @@ fn a_dedup_job_killed_at_random_with_its_state_dir_lost_commits_exactly_the_refe
     job::wait_for_committed_state(&log, Duration::from_secs(60));
     job::kill(&mut child);
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-    kill_at_random_moments(&job, &log, 12, seed);
+    job::kill_at_random_moments(&job, &log, 12, seed, StateDir::Lost);
     let input = producer.join().expect("producer thread");
 
     let expected = reference(&input);

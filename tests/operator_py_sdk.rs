@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::{Image, apply, config, records, restore, round};
 use support::clicks::{self, Clicks};
-use support::job::{self, JobDir};
+use support::job::{self, StateDir};
 use support::{Isolation, Tail};
 use weir::batch::Batch;
 use weir::operator::{Limits, OperatorInstance, Plugin};
@@ -534,29 +534,6 @@ fn window_max_of(input: &[clicks::Input]) -> BTreeMap<(Vec<u8>, Vec<u8>), usize>
         .collect()
 }
 
-/// SIGKILLs `kills` fresh runs of the job, each 0 to 2.5 s after its start, deleting the
-/// state_dir before a random half of them. Returns how many landed in a running job.
-fn kill_at_random(job: &JobDir, log: &Path, kills: usize, seed: u64) -> usize {
-    let mut state = seed;
-    let mut while_running = 0;
-    for _ in 0..kills {
-        if support::next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
-            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-        }
-        let delay = Duration::from_millis(support::next_random(&mut state) % 2500);
-        let running = job::count_in_log(log, "recovered; running");
-        let mut child = job::start(&job.path(), log, &[]);
-        if let Some(status) = job::wait(&mut child, delay) {
-            panic!("weir exited by itself with {status}; log:\n{}", job::read_log(log));
-        }
-        job::kill(&mut child);
-        if job::count_in_log(log, "recovered; running") > running {
-            while_running += 1;
-        }
-    }
-    while_running
-}
-
 #[test]
 fn py_window_max_survives_sigkill_and_lost_state_dirs_exactly() {
     let job = job::job_dir("py-wmax");
@@ -584,7 +561,7 @@ fn py_window_max_survives_sigkill_and_lost_state_dirs_exactly() {
     assert!(!rebuilt.contains("entries=0"), "the rebuild found no state: {rebuilt}");
     assert!(text.contains("rebuilding keyed state from the whole changelog"), "no rebuild without the state_dir:\n{text}");
 
-    let while_running = kill_at_random(&job, &log, 10, seed);
+    let while_running = job::kill_at_random_moments(&job, &log, 10, seed, StateDir::Lost);
     let mut input = producer.join().expect("producer thread");
     let flush: Vec<clicks::Input> =
         (0..PARTITIONS).map(|partition| (partition, b"flush".to_vec(), b"{}".to_vec(), clicks::FLUSH_MS)).collect();

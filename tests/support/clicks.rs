@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 pub const START_MS: i64 = 1_700_000_000_000;
 /// Far enough ahead that every window of the real records closes before it.
@@ -123,18 +124,35 @@ const MAX_CHUNKS: usize = 2_000;
 
 fn produce_chunks(topic: &str, seed: u64, partitions: i32, keyed: bool, more: impl Fn(usize) -> bool) -> Vec<Input> {
     let mut clicks = Clicks::new(seed, partitions, 500);
-    let mut all = Vec::new();
-    let mut produced = 0;
-    while more(produced) {
-        let chunk = if keyed { clicks.take_keyed(2_500) } else { clicks.take(2_500) };
-        super::produce(topic, &chunk);
-        all.extend(chunk);
-        produced += 1;
-        std::thread::sleep(std::time::Duration::from_millis(300)); // pacing, not synchronisation
-    }
+    let pace = Pace { chunk: 2_500, pause: Duration::from_millis(300), keyed };
+    let mut all = produce_chunks_of(topic, &mut clicks, pace, more);
     let flush = if keyed { clicks.flush_keyed() } else { clicks.flush() };
     super::produce(topic, &flush);
     all.extend(flush);
+    all
+}
+
+/// How paced input comes: chunks of `chunk` records `pause` apart; `keyed`: co-partitioned
+/// by key (`Clicks::take_keyed`).
+#[derive(Clone, Copy)]
+pub struct Pace {
+    pub chunk: usize,
+    pub pause: Duration,
+    pub keyed: bool,
+}
+
+/// Produces chunks of `clicks` at `pace` for as long as `more` holds of the number produced
+/// so far; no flush records. Returns everything produced.
+pub fn produce_chunks_of(topic: &str, clicks: &mut Clicks, pace: Pace, more: impl Fn(usize) -> bool) -> Vec<Input> {
+    let mut all = Vec::new();
+    let mut produced = 0;
+    while more(produced) {
+        let chunk = if pace.keyed { clicks.take_keyed(pace.chunk) } else { clicks.take(pace.chunk) };
+        super::produce(topic, &chunk);
+        all.extend(chunk);
+        produced += 1;
+        std::thread::sleep(pace.pause); // pacing, not synchronisation
+    }
     all
 }
 

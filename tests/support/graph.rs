@@ -1,10 +1,8 @@
-//! What the tests of graph jobs share: topics that know their partition count, and the
-//! random SIGKILLs every graph job is put through.
+//! What the tests of graph jobs share: topics that know their partition count.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::job::{self, JobDir};
+use super::job::JobDir;
 
 /// A topic of a test and its partition count.
 #[derive(Clone)]
@@ -33,23 +31,5 @@ impl Topic {
             std::thread::sleep(Duration::from_millis(50));
         }
         topic
-    }
-}
-
-/// SIGKILLs fresh runs of the job at random moments up to 2.5 s after spawn; before a
-/// random half of the restarts the state_dir is deleted.
-pub fn kill_at_random_moments(job: &JobDir, log: &Path, kills: usize, seed: u64) {
-    let mut state = seed;
-    for _ in 0..kills {
-        if super::next_random(&mut state).is_multiple_of(2) && job.state_dir().exists() {
-            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-        }
-        let delay = Duration::from_millis(super::next_random(&mut state) % 2500);
-        let mut child = job::start(&job.path(), log, &[]);
-        let started = Instant::now();
-        if let Some(status) = job::wait(&mut child, delay) {
-            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), job::read_log(log));
-        }
-        job::kill(&mut child);
     }
 }

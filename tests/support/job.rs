@@ -241,6 +241,50 @@ pub fn terminate(child: &mut Child, within: Duration) -> ExitStatus {
     wait(child, within).unwrap_or_else(|| panic!("weir did not stop within {within:?} of SIGTERM"))
 }
 
+/// What random kills do to the job's state_dir.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum StateDir {
+    Kept,
+    /// Deleted before every fourth run and a random half of the others, which then
+    /// rebuild it from the whole changelog.
+    Lost,
+}
+
+/// SIGKILLs `kills` fresh runs of the job at random moments from 0 to 2.5 s after spawn,
+/// so that kills land during start-up, recovery, processing and checkpoints alike. Every
+/// fourth run's moment is counted from when it logs that it runs: however slow the
+/// machine makes recovery, some kills land in a running job, and with `StateDir::Lost`
+/// some of them after a rebuild. Returns how many kills landed while the job was running.
+pub fn kill_at_random_moments(job: &JobDir, log: &Path, kills: usize, seed: u64, state_dir: StateDir) -> usize {
+    let mut state = seed;
+    let mut while_running = 0;
+    for run in 0..kills {
+        let once_running = run % 4 == 0;
+        let lose = state_dir == StateDir::Lost && (once_running || super::next_random(&mut state).is_multiple_of(2));
+        if lose && job.state_dir().exists() {
+            std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+        }
+        let delay = Duration::from_millis(super::next_random(&mut state) % 2500);
+        let running_before = count_in_log(log, RUNNING);
+        let mut child = start(&job.path(), log, &[]);
+        if once_running {
+            wait_for_more(log, RUNNING, running_before, Duration::from_secs(60));
+        }
+        let started = Instant::now();
+        if let Some(status) = wait(&mut child, delay) {
+            panic!("weir exited by itself with {status} after {:?}; log:\n{}", started.elapsed(), read_log(log));
+        }
+        kill(&mut child);
+        if count_in_log(log, RUNNING) > running_before {
+            while_running += 1;
+        }
+    }
+    while_running
+}
+
+/// What a job logs once it has recovered and processes input.
+const RUNNING: &str = "recovered; running";
+
 /// Waits for the child to exit, polling, for at most `within`.
 pub fn wait(child: &mut Child, within: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + within;
@@ -281,6 +325,12 @@ pub fn wait_for_more(log: &Path, needle: &str, before: usize, within: Duration) 
 /// it leaves is in the changelog, whenever the job's first records arrived.
 pub fn wait_for_committed_state(log: &Path, within: Duration) {
     wait_until(log, "a checkpoint with state changes committed", within, |text| text.lines().any(committed_state));
+}
+
+/// Waits until more than `before` checkpoints that wrote keyed state have committed.
+pub fn wait_until_more_committed_state(log: &Path, before: usize, within: Duration) {
+    let awaited = format!("checkpoint {} with state changes committed", before + 1);
+    wait_until(log, &awaited, within, |text| text.lines().filter(|line| committed_state(line)).count() > before);
 }
 
 /// Whether a log line says a checkpoint that wrote keyed state has committed.
