@@ -503,6 +503,61 @@ fn a_lost_state_dir_is_rebuilt_with_the_key_groups_the_changelog_recorded() {
     assert_exact(&job, &input);
 }
 
+/// A job stopped once, its store flushed at checkpoint k, then SIGKILLed: its later
+/// folds, unlogged, are lost, and the prunes of older checkpoints, logged, may remove
+/// k's entry (pruned by hand here, so that it always is). The job file then drops its
+/// key groups, so the input's default (128) is tried first: its replay of the
+/// changelog's tail fails, then its replay of the whole changelog, which empties the
+/// store first. The replay by the recorded 32 must then read the whole changelog too,
+/// not the tail alone. Its windows stay open through the kills, so state lost anywhere
+/// shows in the output, which is exact.
+#[test]
+fn a_store_behind_its_checkpoint_is_caught_up_by_the_recorded_key_groups() {
+    const LONG_WINDOW_MS: i64 = 600_000;
+    let job = job::job_dir("behind-groups");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.window_count(2, 200, LONG_WINDOW_MS as u64, "");
+    let mut clicks = Clicks::new(9, PARTITIONS, 100);
+    let mut input = clicks.take(3_000);
+    support::produce(&job.input, &input);
+    let first = log_of(&job, "first.log");
+    let mut child = job::start(&job.path(), &first, &[]);
+    job::wait_for_committed_state(&first, Duration::from_secs(60));
+    // Records of three keys: the changelog partitions they write move the store's
+    // positions past the first state of every other key there, which only a replay of
+    // the whole changelog reads again.
+    let few: Vec<clicks::Input> = clicks.take(1_000).into_iter().filter(|record| [&b"user-0"[..], b"user-1", b"user-2"].contains(&&record.1[..])).collect();
+    let committed = job::read_log(&first).lines().filter(|line| job::committed_state(line)).count();
+    support::produce(&job.input, &few);
+    input.extend(few);
+    job::wait_until_more_committed_state(&first, committed, Duration::from_secs(60));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&first));
+    let second = log_of(&job, "second.log");
+    let mut child = job::start(&job.path(), &second, &[]);
+    job::wait_for_more(&second, "checkpoint committed", 2, Duration::from_secs(60));
+    job::kill(&mut child);
+    let store = weir::checkpoint::store::CheckpointStore::open(&job.state_dir(), &job.name).expect("the state_dir opens");
+    store.prune_before(u64::MAX).expect("pruning the store's checkpoints");
+    drop(store);
+
+    let unset = std::fs::read_to_string(job.path()).unwrap().replace(&format!("key_groups = {}\n", job::KEY_GROUPS), "");
+    std::fs::write(job.path(), unset).unwrap();
+    let rest: Vec<clicks::Input> = clicks.take(2_000).into_iter().chain(clicks.flush()).collect();
+    support::produce(&job.input, &rest);
+    input.extend(rest);
+    let expected = clicks::window_counts(&input, LONG_WINDOW_MS);
+    let third = log_of(&job, "third.log");
+    let mut child = job::start(&job.path(), &third, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    tail.until_while(expected.len(), Duration::from_secs(60), &mut child);
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&third));
+    let text = job::read_log(&third);
+    assert!(text.contains("replaying by them") && text.contains("key_groups=32"), "no replay by the recorded key groups:\n{text}");
+    let actual = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
+    assert!(actual == expected, "{}\n{text}", clicks::difference(&expected, &actual));
+}
+
 #[test]
 fn foreign_records_in_the_changelog_are_a_clear_error() {
     let (job, input) = window_count_job("foreign-changelog", 1_000);

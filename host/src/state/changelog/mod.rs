@@ -512,6 +512,9 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, (n, expected): (u64, 
         )));
     };
     let [retention, policy] = configs?;
+    // Before any replay, which may empty the store: one from a topic that retention
+    // trims would write the store's marker over a part of the state.
+    check_compacted(job, &topic, &policy)?;
     // More partitions than groups: one partition per key group, as weir created them
     // before placements (the checkpoint record read says how many there are).
     let groups = if partitions > expected.count() { KeyGroups::new(partitions) } else { expected };
@@ -527,12 +530,28 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, (n, expected): (u64, 
             let Some(recorded) = recorded else { return Err(TaskFailure::Incompatible(why)) };
             tracing::info!(checkpoint = n, key_groups = recorded, "the changelog's checkpoints were taken with {recorded} key groups, not {}: replaying by them", groups.count());
             let placement = Placement::new(KeyGroups::new(recorded), partitions);
-            replay_from(job, store, (n, base), (&topic, placement), &tail)?;
+            replay_from(job, store, (n, base), (&topic, placement), &after_failed_replay(job, tail, recorded))?;
             placement
         }
         replayed => replayed.map(|()| placement)?,
     };
     Ok(Looked { placement, policy })
+}
+
+/// Where a replay starts again after one by the wrong key groups failed. An exactly-once
+/// job's failed replay of the tail went on to the whole topic, which empties the store
+/// before it reads: the store no longer holds the state the tail follows, so the replay
+/// reads the whole topic. An at-least-once job's replay has no such fallback (and cannot
+/// read the whole topic): its store is as it was.
+fn after_failed_replay(job: &Job, tail: Tail, recorded: u32) -> Tail {
+    match (job.producer.delivery, tail) {
+        (Delivery::AtLeastOnce, tail) => tail,
+        (Delivery::ExactlyOnce, Tail::Whole(why)) => Tail::Whole(why),
+        (Delivery::ExactlyOnce, Tail::From(_)) => Tail::Whole(format!(
+            "a replay of the changelog's tail by other key groups than the {recorded} its checkpoints were taken with \
+             failed, and emptied the state_dir's state"
+        )),
+    }
 }
 
 /// Replays the changelog into the store from where `tail` says, its records placed by
