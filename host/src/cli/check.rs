@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use weir::batch::Batch;
+use weir::job;
 use weir::operator::{
     Emitted, Limits, LoadLimits, LogLimits, OperatorInstance, Plugin, PluginInfo, Ports, Runtime,
     RuntimeConfig, World,
@@ -28,7 +29,7 @@ pub(super) struct CheckArgs {
     /// The plugin: a WebAssembly component exporting the weir:operator world.
     plugin: PathBuf,
     /// Linear memory cap of each instance, in MiB.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=u64::from(job::MAX_MEMORY_LIMIT_MB)))]
     memory_limit_mb: u64,
     /// CPU deadline of each call, in milliseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
@@ -56,12 +57,15 @@ pub(super) struct CheckArgs {
         value_parser = clap::value_parser!(u64).range(100..=3_600_000)
     )]
     compile_timeout_ms: u64,
-    /// A config entry for `init` (`key=value`, repeatable), as the job file would give.
+    /// A config entry for `init` (`key=value`, repeatable), as the job file's
+    /// `[operators.config]` would give it: `init` gets the entries sorted by key, each
+    /// key once.
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
     config: Vec<(String, String)>,
     /// The names of the operator's inputs, in the job file's order, as `init` gets them
-    /// (a weir:operator@0.3 plugin; a 0.2 plugin has exactly one).
-    #[arg(long, value_name = "NAME,...", value_delimiter = ',', default_value = "in")]
+    /// (a weir:operator@0.3 plugin; a 0.2 plugin has exactly one): in the graph form its
+    /// `inputs`; in a chain, the operator before it, or `source` for the first.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',', default_value = "source")]
     inputs: Vec<String>,
     /// The names of the operator's outputs, in the job file's order, as `init` gets
     /// them; what each receives is counted.
@@ -110,7 +114,10 @@ struct InputRecord {
     timestamp: Option<i64>,
 }
 
-pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
+pub(super) fn run(mut args: CheckArgs) -> anyhow::Result<()> {
+    args.config = job_config(&args.config)?;
+    job::check_input_names(&args.inputs).map_err(|problem| anyhow::anyhow!("--inputs: {problem}"))?;
+    job::check_output_names(&args.outputs).map_err(|problem| anyhow::anyhow!("--outputs: {problem}"))?;
     let limits = Limits {
         memory_bytes: usize::try_from(args.memory_limit_mb << 20)
             .context("--memory-limit-mb is too large for this machine")?,
@@ -420,10 +427,32 @@ fn parse_config_entry(entry: &str) -> Result<(String, String), String> {
     let (key, value) = entry
         .split_once('=')
         .ok_or_else(|| format!("`{entry}` is not `key=value`"))?;
-    if key.is_empty() {
-        return Err(format!("`{entry}` has an empty key"));
-    }
     Ok((key.to_owned(), value.to_owned()))
+}
+
+/// The --config entries as a job's `[operators.config]` hands them to `init`: sorted by
+/// key, each key once, within the job file's limits on entries and value lengths.
+fn job_config(entries: &[(String, String)]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut config = std::collections::BTreeMap::new();
+    for (key, value) in entries {
+        anyhow::ensure!(
+            value.len() <= job::MAX_MAP_VALUE_BYTES,
+            "--config `{key}` is {} bytes long, over a job file's limit of {}",
+            value.len(),
+            job::MAX_MAP_VALUE_BYTES
+        );
+        anyhow::ensure!(
+            config.insert(key.clone(), value.clone()).is_none(),
+            "--config `{key}` is given twice; a job file's table holds each key once"
+        );
+    }
+    anyhow::ensure!(
+        config.len() <= job::MAX_MAP_ENTRIES,
+        "--config is given {} entries, over a job file's limit of {}",
+        config.len(),
+        job::MAX_MAP_ENTRIES
+    );
+    Ok(config.into_iter().collect())
 }
 
 /// The weir imports by name, the WASI ones as a count per package: a Python
@@ -479,5 +508,23 @@ mod tests {
         ] {
             assert_eq!(parse_record(spec).unwrap(), expected, "{spec}");
         }
+    }
+
+    #[test]
+    fn config_reaches_init_as_a_job_files_table_would_give_it() {
+        let entries = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let sorted = job_config(&entries(&[("window_ms", "10"), ("", "empty key"), ("field", "n")])).unwrap();
+        assert_eq!(sorted, entries(&[("", "empty key"), ("field", "n"), ("window_ms", "10")]));
+        let twice = job_config(&entries(&[("a", "1"), ("a", "2")])).unwrap_err().to_string();
+        assert!(twice.contains("`a` is given twice"), "{twice}");
+        let long = "x".repeat(job::MAX_MAP_VALUE_BYTES + 1);
+        let too_long = job_config(&entries(&[("a", &long)])).unwrap_err().to_string();
+        assert!(too_long.contains("over a job file's limit"), "{too_long}");
+        let many: Vec<(String, String)> = (0..=job::MAX_MAP_ENTRIES).map(|i| (i.to_string(), String::new())).collect();
+        let too_many = job_config(&many).unwrap_err().to_string();
+        assert!(too_many.contains("entries, over a job file's limit"), "{too_many}");
+        assert_eq!(parse_config_entry("=v").unwrap(), (String::new(), "v".to_string()));
     }
 }

@@ -144,6 +144,8 @@ pub const MAX_OPERATORS: usize = 64;
 pub const MAX_SOURCES: usize = 16;
 pub const MAX_SINKS: usize = 16;
 pub const MAX_OUTPUTS: usize = 16;
+/// Largest `memory_limit_mb`: a wasm32 linear memory cannot exceed 4 GiB.
+pub const MAX_MEMORY_LIMIT_MB: u32 = 4096;
 /// Largest number of entries in one `[...kafka]` or `[operators.config]` table.
 pub const MAX_MAP_ENTRIES: usize = 1024;
 /// Longest value in one `[...kafka]` or `[operators.config]` table, in bytes.
@@ -621,20 +623,61 @@ fn is_name_char(c: char) -> bool {
 }
 
 fn checked_name<E: de::Error>(what: &str, value: String, max: usize) -> Result<String, E> {
+    match name_problem(what, &value, max) {
+        Some(problem) => Err(E::custom(problem)),
+        None => Ok(value),
+    }
+}
+
+/// What is wrong with `value` as a name of `what` (at most `max` characters), if anything.
+fn name_problem(what: &str, value: &str, max: usize) -> Option<String> {
     if value.is_empty() {
-        return Err(E::custom(format!("{what} is empty")));
+        return Some(format!("{what} is empty"));
     }
     if value.chars().count() > max {
-        return Err(E::custom(format!(
-            "{what} `{value}` is longer than {max} characters"
-        )));
+        return Some(format!("{what} `{value}` is longer than {max} characters"));
     }
-    if let Some(c) = value.chars().find(|&c| !is_name_char(c)) {
-        return Err(E::custom(format!(
-            "{what} `{value}` contains {c:?}; use only letters, digits, '.', '_' and '-'"
-        )));
+    let c = value.chars().find(|&c| !is_name_char(c))?;
+    Some(format!("{what} `{value}` contains {c:?}; use only letters, digits, '.', '_' and '-'"))
+}
+
+/// Checks an operator's output names as a job file's `outputs` are checked: 1 to
+/// `MAX_OUTPUTS`, each a name, none twice. `weir check` holds its `--outputs` to this.
+pub fn check_output_names(names: &[String]) -> Result<(), String> {
+    if names.is_empty() || names.len() > MAX_OUTPUTS {
+        return Err(format!("outputs has {} names; give 1..={MAX_OUTPUTS}", names.len()));
     }
-    Ok(value)
+    let mut seen = BTreeSet::new();
+    for name in names {
+        if let Some(problem) = name_problem("output name", name, MAX_OPERATOR_NAME_CHARS) {
+            return Err(problem);
+        }
+        if !seen.insert(name) {
+            return Err(format!("output `{name}` is named twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks an operator's input names as a job gives them to `init`: at least one, each
+/// a source's or an operator's name, or `operator/output`, none twice. `weir check`
+/// holds its `--inputs` to this.
+pub fn check_input_names(names: &[String]) -> Result<(), String> {
+    if names.is_empty() {
+        return Err("an operator has at least one input".to_string());
+    }
+    let mut seen = BTreeSet::new();
+    for name in names {
+        for part in name.splitn(2, '/') {
+            if let Some(problem) = name_problem("input name", part, MAX_OPERATOR_NAME_CHARS) {
+                return Err(format!("{problem} (input `{name}`)"));
+            }
+        }
+        if !seen.insert(name) {
+            return Err(format!("input `{name}` is named twice"));
+        }
+    }
+    Ok(())
 }
 
 fn in_range<E: de::Error, T: PartialOrd + fmt::Display>(
@@ -669,16 +712,7 @@ fn sink_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 
 fn output_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     let names = Vec::<String>::deserialize(d)?;
-    if names.is_empty() || names.len() > MAX_OUTPUTS {
-        return Err(de::Error::custom(format!("outputs has {} names; give 1..={MAX_OUTPUTS}", names.len())));
-    }
-    let mut seen = BTreeSet::new();
-    for name in &names {
-        checked_name::<D::Error>("output name", name.clone(), MAX_OPERATOR_NAME_CHARS)?;
-        if !seen.insert(name) {
-            return Err(de::Error::custom(format!("output `{name}` is named twice")));
-        }
-    }
+    check_output_names(&names).map_err(de::Error::custom)?;
     Ok(names)
 }
 
@@ -747,8 +781,7 @@ fn idle_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
 }
 
 fn memory_limit_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    // A wasm32 linear memory cannot exceed 4 GiB.
-    in_range("memory_limit_mb", u32::deserialize(d)?, 1, 4096)
+    in_range("memory_limit_mb", u32::deserialize(d)?, 1, MAX_MEMORY_LIMIT_MB)
 }
 
 fn call_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -960,5 +993,26 @@ impl<'de> Deserialize<'de> for ScalarString {
             }
         }
         d.deserialize_any(ScalarVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_names_are_checked_alike_for_a_job_and_weir_check() {
+        let names = |list: &[&str]| -> Vec<String> { list.iter().map(|n| n.to_string()).collect() };
+        assert!(check_output_names(&names(&["hits", "misses"])).is_ok());
+        assert!(check_output_names(&names(&[])).unwrap_err().contains("give 1..=16"));
+        let seventeen: Vec<String> = (0..17).map(|o| format!("o{o}")).collect();
+        assert!(check_output_names(&seventeen).unwrap_err().contains("17 names"));
+        assert!(check_output_names(&names(&["a", "a"])).unwrap_err().contains("named twice"));
+        assert!(check_output_names(&names(&["a b"])).unwrap_err().contains("contains ' '"));
+        assert!(check_input_names(&names(&["clicks", "split/hits"])).is_ok());
+        assert!(check_input_names(&names(&[])).is_err());
+        assert!(check_input_names(&names(&["split/"])).unwrap_err().contains("input name is empty"));
+        assert!(check_input_names(&names(&["a/b/c"])).unwrap_err().contains("contains '/'"));
+        assert!(check_input_names(&names(&["x", "x"])).unwrap_err().contains("named twice"));
     }
 }
