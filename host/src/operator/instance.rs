@@ -498,7 +498,8 @@ fn diagnose(err: &wasmtime::Error, state: &HostState) -> Crash {
     } else if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
         format!("it called exit({})", exit.0)
     } else {
-        format!("{err:#}")
+        // A host call's error carries the guest's backtrace: names the guest chose.
+        stdio::one_line(&format!("{err:#}"))
     };
     Crash::Trap {
         trap,

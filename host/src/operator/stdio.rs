@@ -238,16 +238,13 @@ impl GuestOutput {
             // Rust's panic hook adds this hint; it cannot be acted on in a sandbox.
             .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE=1`"))
             .collect();
-        (!lines.is_empty()).then(|| lines.join(" "))
+        (!lines.is_empty()).then(|| escaped(&lines.join(" ")).into_owned())
     }
 
     /// A `weir:operator/log` message as it may be logged: cut (saying by how
     /// much), or `None` when the rate limit drops it.
     pub(super) fn admit_log(&self, message: &str) -> Option<String> {
-        let kept = cut(message);
-        self.gate
-            .admit(kept.len())
-            .then(|| format!("{kept}{}", CutNote((message.len() - kept.len()) as u64)))
+        self.gate.admit(cut(message).len()).then(|| one_line(message))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Buffers> {
@@ -295,7 +292,8 @@ impl GuestOutput {
         if !self.gate.admit(line.kept.len()) {
             return;
         }
-        let text = String::from_utf8_lossy(&line.kept);
+        let lossy = String::from_utf8_lossy(&line.kept);
+        let text = escaped(&lossy);
         let note = CutNote(line.cut);
         let operator = &*self.label;
         match kind {
@@ -319,6 +317,33 @@ impl std::fmt::Display for CutNote {
             cut => write!(f, " [... {cut} more bytes cut]"),
         }
     }
+}
+
+/// Text a guest wrote as one line of the host's log: at most [`MAX_LINE_BYTES`] of it
+/// (saying how many bytes were cut), its control characters escaped, so that it can
+/// neither flood a line nor start one that reads as the host's.
+pub(super) fn one_line(text: &str) -> String {
+    let kept = cut(text);
+    format!("{}{}", escaped(kept), CutNote((text.len() - kept.len()) as u64))
+}
+
+/// `text` with its control characters but tabs escaped (a line break as `\n`).
+fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match needs_escape(c) {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    out.into()
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() && c != '\t'
 }
 
 /// At most [`MAX_LINE_BYTES`] of `text`, cut on a character boundary: for
@@ -472,6 +497,16 @@ mod tests {
         bytes_bound.write(Kind::Stdout, &[b'z'; 5000]);
         bytes_bound.write(Kind::Stdout, b"\n");
         assert_eq!(bytes_bound.gate.dropped(), (1, MAX_LINE_BYTES as u64));
+    }
+
+    #[test]
+    fn a_guest_line_cannot_start_another() {
+        let forged = "done\n2026-12-07T00:00:00Z  INFO weir: checkpoint committed\r\u{1b}[2J\tend";
+        let line = one_line(forged);
+        assert!(!line.contains('\n') && !line.contains('\r') && !line.contains('\u{1b}'), "{line}");
+        assert!(line.starts_with("done\\n2026") && line.ends_with("\tend"), "{line}");
+        let long = one_line(&"\n".repeat(2 * MAX_LINE_BYTES));
+        assert!(long.ends_with(&format!("[... {MAX_LINE_BYTES} more bytes cut]")), "{long}");
     }
 
     #[test]
