@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -235,6 +235,13 @@ pub(crate) enum SinkError {
     Undelivered { topic: String, count: u64, first: String },
     #[error("the producer queue for {topic} stayed full for {}s: the brokers accept records too slowly", QUEUE_FULL_LIMIT.as_secs())]
     QueueFull { topic: String },
+    #[error(
+        "a record of {bytes} bytes (key, value and headers) for topic `{topic}` is larger than the producer takes \
+         (message.max.bytes: 1000000 unless the job sets it): an operator emitted it, and would again after a \
+         restart. Raise message.max.bytes under [sink.kafka] ([producer.kafka] in the graph form) and the topic's \
+         max.message.bytes on the broker, or have the operator emit smaller records"
+    )]
+    RecordTooLarge { topic: String, bytes: usize },
 }
 
 /// Fencing is the one sink failure a restart cannot cure: restarting would fence the
@@ -244,7 +251,7 @@ impl From<SinkError> for TaskFailure {
         match error {
             SinkError::Fenced { .. } => TaskFailure::Fenced(error.to_string()),
             SinkError::StaleMember { .. } | SinkError::NotMember => TaskFailure::LeftGroup(error.to_string()),
-            SinkError::MissingTopic { .. } => TaskFailure::Incompatible(error.to_string()),
+            SinkError::MissingTopic { .. } | SinkError::RecordTooLarge { .. } => TaskFailure::Incompatible(error.to_string()),
             other => TaskFailure::Sink(other.to_string()),
         }
     }
@@ -405,6 +412,9 @@ impl Sink {
                     // Let deliveries drain the queue; the wait is bounded by the loop's limit.
                     let _ = self.flush(Duration::from_millis(50));
                 }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), refused)) => {
+                    return Err(SinkError::RecordTooLarge { topic: refused.topic.to_string(), bytes: record_bytes(&refused) });
+                }
                 Err((error, _)) => return Err(self.error("producing", error)),
             }
         }
@@ -533,6 +543,14 @@ impl Sink {
         }
     }
 
+}
+
+/// What librdkafka counts of a record against `message.max.bytes`.
+fn record_bytes(record: &BaseRecord<'_, [u8], [u8]>) -> usize {
+    let headers = record.headers.as_ref().map_or(0, |headers| {
+        (0..headers.count()).map(|i| headers.get(i)).map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len)).sum()
+    });
+    record.key.map_or(0, <[u8]>::len) + record.payload.map_or(0, <[u8]>::len) + headers
 }
 
 /// The sink task: hands records to the producer, aligns barriers from its inputs and
