@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
 use crate::metrics::PluginLogMetrics;
 
@@ -191,6 +191,15 @@ struct Line {
 enum Kind {
     Stdout,
     Stderr,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Stdout => "stdout",
+            Kind::Stderr => "stderr",
+        }
+    }
 }
 
 impl GuestOutput {
@@ -388,7 +397,16 @@ impl StdoutStream for GuestStream {
 }
 
 impl OutputStream for GuestStream {
+    /// As WASI has it, a write past what `check_write` allowed traps: taken whole, one
+    /// write of a guest's whole memory would hold the host for as long as its lines take.
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        if bytes.len() > MAX_LINE_BYTES {
+            return Err(StreamError::Trap(wasmtime::format_err!(
+                "the plugin wrote {} bytes to {} at once, over the {MAX_LINE_BYTES} that check-write allowed",
+                bytes.len(),
+                self.kind.name()
+            )));
+        }
         self.output.write(self.kind, &bytes);
         Ok(())
     }
@@ -413,8 +431,9 @@ impl tokio::io::AsyncWrite for GuestStream {
         _: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        self.output.write(self.kind, buf);
-        Poll::Ready(Ok(buf.len()))
+        let taken = &buf[..buf.len().min(MAX_LINE_BYTES)];
+        self.output.write(self.kind, taken);
+        Poll::Ready(Ok(taken.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -432,6 +451,17 @@ mod tests {
 
     fn output(limits: LogLimits) -> GuestOutput {
         GuestOutput::new(LogGate::new("t".into(), limits))
+    }
+
+    #[test]
+    fn a_write_past_what_check_write_allowed_traps() {
+        let mut stream = GuestStream { output: output(LogLimits::default()), kind: Kind::Stdout };
+        let allowed = stream.check_write().unwrap();
+        assert!(stream.write(Bytes::from(vec![b'a'; allowed])).is_ok());
+        match stream.write(Bytes::from(vec![b'a'; allowed + 1])) {
+            Err(StreamError::Trap(error)) => assert!(error.to_string().contains("to stdout at once"), "{error}"),
+            _ => panic!("a write past check-write's permit must trap"),
+        }
     }
 
     #[test]
