@@ -70,8 +70,9 @@ pub enum StoreError {
 
     #[error(
         "{dir} cannot be opened as a weir checkpoint store: {detail}. If it is this job's \
-         state_dir, restore it from a backup; otherwise point \
-         state_dir at a new or empty directory",
+         state_dir, delete it (an exactly-once job rebuilds it from its changelog topic) or, \
+         for an at-least-once job, restore it from a backup; otherwise point state_dir at a \
+         new or empty directory",
         dir = .dir.display()
     )]
     Unreadable { dir: PathBuf, detail: String },
@@ -87,7 +88,8 @@ pub enum StoreError {
 
     #[error(
         "checkpoint {n} of job `{job}` in {dir} is corrupt: {what}: {detail}. Delete the \
-         state_dir: weir then rebuilds it from the job's changelog topic",
+         state_dir: an exactly-once job then rebuilds it from its changelog topic (an \
+         at-least-once job cannot: restore the state_dir from a backup instead)",
         dir = .dir.display(),
         what = describe_task(.task.as_deref())
     )]
@@ -98,6 +100,14 @@ pub enum StoreError {
         task: Option<String>,
         detail: String,
     },
+
+    #[error(
+        "checkpoint {n} of job `{job}` in {dir} was written by a newer weir (manifest format \
+         {format}; this one reads {MANIFEST_FORMAT}): run the job with that weir or a newer one, \
+         which reads what it wrote",
+        dir = .dir.display()
+    )]
+    NewerFormat { dir: PathBuf, job: String, n: u64, format: u32 },
 
     #[error(
         "checkpoint {n} cannot be sealed in {dir}: no snapshot of task `{task}` was put for it; \
@@ -476,6 +486,9 @@ impl CheckpointStore {
         let json = unframe(&key, &value).map_err(|detail| corrupt(None, detail))?;
         let manifest: Manifest = serde_json::from_slice(json)
             .map_err(|e| corrupt(None, format!("it is not a valid manifest ({e})")))?;
+        if manifest.format > MANIFEST_FORMAT {
+            return Err(StoreError::NewerFormat { dir: self.dir.clone(), job: self.job.clone(), n, format: manifest.format });
+        }
         if manifest.format != MANIFEST_FORMAT {
             return Err(corrupt(
                 None,

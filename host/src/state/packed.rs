@@ -153,6 +153,11 @@ fn parse_key(rest: &[u8]) -> Option<(PackedKey, u8)> {
     Some((key, version))
 }
 
+/// The version of a packed record's key, if it is newer than this weir reads.
+pub(crate) fn newer_version(key: &[u8]) -> Option<u8> {
+    key.strip_prefix(PREFIX)?.first().copied().filter(|&version| version > VERSION)
+}
+
 /// True for the key of a packed record (tests look for them).
 pub fn is_packed_key(key: &[u8]) -> bool {
     key.starts_with(PREFIX)
@@ -313,6 +318,11 @@ mod tests {
         assert_eq!((removal.key.base, removal.body), (0, None), "a removal names no base");
         assert!(PackedRecord::parse(b"\xff\xff\xff\xffcheckpoint", None).is_none(), "the checkpoint record's key");
         assert!(PackedRecord::parse(b"\0\0\0\0user", None).is_none(), "a key's own record");
+        let mut newer = bytes.clone();
+        newer[PREFIX.len()] = VERSION + 1;
+        assert_eq!(newer_version(&newer), Some(VERSION + 1), "a newer weir's key");
+        assert_eq!(newer_version(&bytes), None, "this weir's key");
+        assert!(PackedRecord::parse(&newer, None).unwrap().is_err(), "a newer weir's key is not read");
         assert!(PackedRecord::parse(&bytes[..bytes.len() - 1], None).unwrap().is_err(), "cut short");
         assert!(PackedRecord::parse(&bytes, Some(&[VERSION, 1, 2])).unwrap().is_err(), "a value cut short");
         assert!(PackedRecord::parse(&bytes, Some(&[VERSION_1; 9])).unwrap().is_err(), "a value of another version");

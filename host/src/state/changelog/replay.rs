@@ -257,7 +257,14 @@ impl<'a> Replayed<'a> {
         };
         let key = message.key().ok_or_else(|| foreign("it has no key".into()))?;
         if let Some(packed) = PackedRecord::parse(key, message.payload()) {
-            let packed = packed.map_err(foreign)?;
+            let packed = packed.map_err(|why| match packed::newer_version(key) {
+                Some(version) => TaskFailure::Incompatible(format!(
+                    "the changelog topic `{topic}` holds a record of packed format version {version} at partition \
+                     {partition} offset {offset}, newer than this weir reads: a newer weir wrote it. Run the job \
+                     with that weir or a newer one"
+                )),
+                None => foreign(why),
+            })?;
             let group = packed.key.group;
             if group >= self.key_groups.count() || self.placement.partition_of(group) != partition {
                 let groups = self.key_groups.count();
