@@ -351,6 +351,44 @@ fn rescaling_between_runs_keeps_the_output_exact() {
     }
 }
 
+/// The state_dir deleted while a process's first recovery rebuilds it from the changelog
+/// (slowed down so that the deletion lands in it): the process opens its store anew and
+/// rebuilds again, as after a deletion under a running job, rather than exit; the
+/// committed output is exact.
+#[test]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "needs WEIR_FAULT: build with --features fault-injection, as scripts/test does")]
+fn a_state_dir_deleted_during_the_first_recovery_is_rebuilt_and_the_job_goes_on() {
+    let job = job::job_dir("wc-vanish-start");
+    topics(&job);
+    job.window_count(2, 100, WINDOW_MS as u64, "");
+    let mut clicks = Clicks::new(29, PARTITIONS, 500);
+    let mut input = clicks.take(15_000);
+    support::produce(&job.input, &input);
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    job::wait_for_committed_state(&log, Duration::from_secs(60));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+
+    let slow = job.dir.path().join("slow.log");
+    let mut child = job::start(&job.path(), &slow, &[("WEIR_FAULT", "slow-restore:50")]);
+    job::wait_for_log(&slow, "replaying keyed state from the whole changelog", Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(job.state_dir());
+    job::wait_for_log(&slow, "recovered; running", Duration::from_secs(120));
+    if let Some(status) = job::wait(&mut child, Duration::ZERO) {
+        panic!("weir exited with {status} after its state_dir was deleted; log:\n{}", job::read_log(&slow));
+    }
+    job::kill(&mut child);
+    let text = job::read_log(&slow);
+    let deleted = text.find("was deleted while the job ran");
+    assert!(deleted.is_some_and(|at| at < text.find("recovered; running").unwrap_or(0)), "no deletion during the recovery:\n{text}");
+    let flush = clicks.flush();
+    support::produce(&job.input, &flush);
+    input.extend(flush);
+    let mut child = job::start(&job.path(), &log, &[]);
+    stop_and_compare(&job, &mut child, &input, &log);
+}
+
 /// The state_dir deleted three times under a running process, while input arrives: the
 /// process goes on (it opens its store anew and rebuilds the state from the changelog,
 /// as on a new machine), never exits, and the committed output is exact.

@@ -70,6 +70,11 @@ impl TaskFailure {
         TaskFailure::Operator { error: Box::new(error), origins: Vec::new() }
     }
 
+    /// The checkpoint store's directory was deleted under the attempt.
+    pub(crate) fn is_store_vanished(&self) -> bool {
+        matches!(self, TaskFailure::Store(StoreError::Vanished { .. }))
+    }
+
     /// Failures a restart cannot cure: the job must stop and say why.
     pub(crate) fn is_fatal(&self) -> bool {
         match self {

@@ -81,9 +81,13 @@ impl Engine {
             tracing::info!(state_dir = %slot.dir.store_dir().display(), "opened the checkpoint store anew");
             slot.open = Some(store);
         }
-        let result = attempt(slot.open.as_ref().expect("opened above"));
+        let mut result = attempt(slot.open.as_ref().expect("opened above"));
         if let Err(TaskFailure::Store(error)) = &result {
             tracing::debug!("the checkpoint store is opened anew before the next attempt: {error}");
+            // A store deleted under the attempt fails however RocksDB noticed: say so.
+            if let Some(Err(gone)) = slot.open.as_ref().map(CheckpointStore::check_present) {
+                result = Err(TaskFailure::Store(gone));
+            }
             slot.open = None;
         }
         result
@@ -104,7 +108,10 @@ impl Engine {
                 Ok(Outcome::Stopped) => return Ok(Stopped::Committed),
                 Err(failure) => failure,
             };
-            if failure.is_fatal() || !started_once {
+            // A first recovery that fails stops the job (a broker out of reach at the start
+            // is a mistake to report, not to wait out), unless its state_dir was deleted
+            // under it: the next attempt opens it anew, as after any later deletion.
+            if failure.is_fatal() || !(started_once || failure.is_store_vanished()) {
                 return Err(failure);
             }
             if let TaskFailure::Operator { origins, .. } = &failure {
