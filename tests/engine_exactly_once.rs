@@ -373,7 +373,10 @@ fn a_state_dir_deleted_during_the_first_recovery_is_rebuilt_and_the_job_goes_on(
     let slow = job.dir.path().join("slow.log");
     let mut child = job::start(&job.path(), &slow, &[("WEIR_FAULT", "slow-restore:50")]);
     job::wait_for_log(&slow, "replaying keyed state from the whole changelog", Duration::from_secs(60));
-    let _ = std::fs::remove_dir_all(job.state_dir());
+    // As `rm -rf` would, a deletion may fail partway while the store writes a file: again.
+    while job.state_dir().exists() {
+        let _ = std::fs::remove_dir_all(job.state_dir());
+    }
     job::wait_for_log(&slow, "recovered; running", Duration::from_secs(120));
     if let Some(status) = job::wait(&mut child, Duration::ZERO) {
         panic!("weir exited with {status} after its state_dir was deleted; log:\n{}", job::read_log(&slow));

@@ -273,7 +273,7 @@ fn a_record_larger_than_the_producer_takes_stops_the_job_saying_so() {
     });
     let text = job::read_log(&log);
     assert!(!status.success(), "{text}");
-    let refused = format!("a record of 2000000 bytes (key, value and headers) for topic `{}`", job.output);
+    let refused = format!("a record for topic `{}` with 2000000 bytes of key, value and headers", job.output);
     assert!(text.contains(&refused) && text.contains("message.max.bytes"), "unclear error:\n{text}");
     assert_eq!(text.matches("attempt failed").count(), 0, "a restart cannot cure it:\n{text}");
     let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
@@ -583,7 +583,8 @@ fn a_store_behind_its_checkpoint_is_caught_up_by_the_recorded_key_groups() {
     let third = log_of(&job, "third.log");
     let mut child = job::start(&job.path(), &third, &[]);
     let mut tail = Tail::new(&job.output, PARTITIONS);
-    tail.until_while(expected.len(), Duration::from_secs(60), &mut child);
+    let complete = tail.until_while(expected.len(), Duration::from_secs(180), &mut child);
+    assert!(complete, "output incomplete ({} of {}):\n{}", tail.records.len(), expected.len(), job::read_log(&third));
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&third));
     let text = job::read_log(&third);
     assert!(text.contains("replaying by them") && text.contains("key_groups=32"), "no replay by the recorded key groups:\n{text}");

@@ -268,7 +268,7 @@ pub fn kill_at_random_moments(job: &JobDir, log: &Path, kills: usize, seed: u64,
         let running_before = count_in_log(log, RUNNING);
         let mut child = start(&job.path(), log, &[]);
         if once_running {
-            wait_for_more(log, RUNNING, running_before, Duration::from_secs(60));
+            wait_running(&mut child, log, running_before);
         }
         let started = Instant::now();
         if let Some(status) = wait(&mut child, delay) {
@@ -284,6 +284,20 @@ pub fn kill_at_random_moments(job: &JobDir, log: &Path, kills: usize, seed: u64,
 
 /// What a job logs once it has recovered and processes input.
 const RUNNING: &str = "recovered; running";
+
+/// Waits until the job has logged `RUNNING` more than `before` times (a rebuild from the
+/// whole changelog may come first); fails at once, showing the log, if it exits.
+fn wait_running(child: &mut Child, log: &Path, before: usize) {
+    const WITHIN: Duration = Duration::from_secs(180);
+    let deadline = Instant::now() + WITHIN;
+    while count_in_log(log, RUNNING) <= before {
+        if let Some(status) = child.try_wait().expect("waiting for weir") {
+            panic!("weir exited by itself with {status} before it ran; log:\n{}", read_log(log));
+        }
+        assert!(Instant::now() < deadline, "weir did not run within {WITHIN:?}:\n{}", read_log(log));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// Waits for the child to exit, polling, for at most `within`.
 pub fn wait(child: &mut Child, within: Duration) -> Option<ExitStatus> {

@@ -317,10 +317,14 @@ impl CheckpointStore {
     /// Whether the store's directory is gone (deleted under the running process):
     /// RocksDB goes on writing into files that no longer have a name until it needs a
     /// new one, then fails; a new store in a new directory is what can go on.
+    /// A directory it cannot look into (no permission, a stale mount) is not taken for
+    /// gone: RocksDB's own error says what it is.
     pub fn check_present(&self) -> Result<(), StoreError> {
-        match self.dir.join("CURRENT").is_file() && identity(&self.dir) == self.identity {
-            true => Ok(()),
-            false => Err(StoreError::Vanished { dir: self.dir.clone() }),
+        let not_found = |path: &Path| matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let replaced = identity(&self.dir).is_some_and(|now| Some(now) != self.identity);
+        match not_found(&self.dir) || not_found(&self.dir.join("CURRENT")) || replaced {
+            true => Err(StoreError::Vanished { dir: self.dir.clone() }),
+            false => Ok(()),
         }
     }
 

@@ -1,8 +1,8 @@
 //! Where a guest's stdout, stderr and log messages go: each line to `tracing`
-//! with the operator's label, cut at 4 KiB and rate-limited per instance (what is
-//! dropped is counted and summarised), and the latest bytes into a short tail
-//! that explains a trap (a Rust panic message lands there). Writes always
-//! succeed and never block.
+//! with the operator's label, its control characters escaped, cut at 4 KiB and
+//! rate-limited per instance (what is dropped is counted and summarised), and the
+//! latest bytes into a short tail that explains a trap (a Rust panic message lands
+//! there). Writes never block; one past what `check-write` allowed traps.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -301,9 +301,12 @@ impl GuestOutput {
         if !self.gate.admit(line.kept.len()) {
             return;
         }
-        let lossy = String::from_utf8_lossy(&line.kept);
-        let text = escaped(&lossy);
-        let note = CutNote(line.cut);
+        // A line ended by CRLF: its CR is no part of it.
+        let kept = line.kept.strip_suffix(b"\r").unwrap_or(&line.kept);
+        let lossy = String::from_utf8_lossy(kept);
+        let shown = escaped(&lossy);
+        let text = cut(&shown);
+        let note = CutNote(line.cut + (shown.len() - text.len()) as u64);
         let operator = &*self.label;
         match kind {
             Kind::Stdout => {
@@ -333,7 +336,10 @@ impl std::fmt::Display for CutNote {
 /// neither flood a line nor start one that reads as the host's.
 pub(super) fn one_line(text: &str) -> String {
     let kept = cut(text);
-    format!("{}{}", escaped(kept), CutNote((text.len() - kept.len()) as u64))
+    let shown = escaped(kept);
+    let line = cut(&shown);
+    let dropped = (text.len() - kept.len()) + (shown.len() - line.len());
+    format!("{line}{}", CutNote(dropped as u64))
 }
 
 /// `text` with its control characters but tabs escaped (a line break as `\n`).
@@ -536,7 +542,9 @@ mod tests {
         assert!(!line.contains('\n') && !line.contains('\r') && !line.contains('\u{1b}'), "{line}");
         assert!(line.starts_with("done\\n2026") && line.ends_with("\tend"), "{line}");
         let long = one_line(&"\n".repeat(2 * MAX_LINE_BYTES));
-        assert!(long.ends_with(&format!("[... {MAX_LINE_BYTES} more bytes cut]")), "{long}");
+        let (line, note) = long.split_once(" [... ").expect("a cut note");
+        assert_eq!(line.len(), MAX_LINE_BYTES, "escapes count against the cut");
+        assert_eq!(note, format!("{} more bytes cut]", MAX_LINE_BYTES + MAX_LINE_BYTES));
     }
 
     #[test]

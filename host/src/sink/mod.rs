@@ -236,10 +236,10 @@ pub(crate) enum SinkError {
     #[error("the producer queue for {topic} stayed full for {}s: the brokers accept records too slowly", QUEUE_FULL_LIMIT.as_secs())]
     QueueFull { topic: String },
     #[error(
-        "a record of {bytes} bytes (key, value and headers) for topic `{topic}` is larger than the producer takes \
-         (message.max.bytes: 1000000 unless the job sets it): an operator emitted it, and would again after a \
-         restart. Raise message.max.bytes under [sink.kafka] ([producer.kafka] in the graph form) and the topic's \
-         max.message.bytes on the broker, or have the operator emit smaller records"
+        "a record for topic `{topic}` with {bytes} bytes of key, value and headers is larger than the producer \
+         takes (message.max.bytes: 1000000 unless the job sets it), and would be again after a restart. Raise \
+         message.max.bytes under [sink.kafka] ([producer.kafka] in the graph form) and the topic's \
+         max.message.bytes on the broker, or, if an operator emitted it, have the operator emit smaller records"
     )]
     RecordTooLarge { topic: String, bytes: usize },
 }
