@@ -561,7 +561,7 @@ fn a_store_behind_its_checkpoint_is_caught_up_by_the_recorded_key_groups() {
     // positions past the first state of every other key there, which only a replay of
     // the whole changelog reads again.
     let few: Vec<clicks::Input> = clicks.take(1_000).into_iter().filter(|record| [&b"user-0"[..], b"user-1", b"user-2"].contains(&&record.1[..])).collect();
-    let committed = job::read_log(&first).lines().filter(|line| job::committed_state(line)).count();
+    let committed = job::committed_states(&job::read_log(&first));
     support::produce(&job.input, &few);
     input.extend(few);
     job::wait_until_more_committed_state(&first, committed, Duration::from_secs(60));

@@ -288,15 +288,8 @@ const RUNNING: &str = "recovered; running";
 /// Waits until the job has logged `RUNNING` more than `before` times (a rebuild from the
 /// whole changelog may come first); fails at once, showing the log, if it exits.
 fn wait_running(child: &mut Child, log: &Path, before: usize) {
-    const WITHIN: Duration = Duration::from_secs(180);
-    let deadline = Instant::now() + WITHIN;
-    while count_in_log(log, RUNNING) <= before {
-        if let Some(status) = child.try_wait().expect("waiting for weir") {
-            panic!("weir exited by itself with {status} before it ran; log:\n{}", read_log(log));
-        }
-        assert!(Instant::now() < deadline, "weir did not run within {WITHIN:?}:\n{}", read_log(log));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let awaited = format!("`{RUNNING}` logged");
+    poll_log(log, &awaited, Duration::from_secs(180), Some(child), |text| text.matches(RUNNING).count() > before);
 }
 
 /// Waits for the child to exit, polling, for at most `within`.
@@ -338,13 +331,18 @@ pub fn wait_for_more(log: &Path, needle: &str, before: usize, within: Duration) 
 /// Waits until a checkpoint that wrote keyed state has committed: the state a kill after
 /// it leaves is in the changelog, whenever the job's first records arrived.
 pub fn wait_for_committed_state(log: &Path, within: Duration) {
-    wait_until(log, "a checkpoint with state changes committed", within, |text| text.lines().any(committed_state));
+    wait_until_more_committed_state(log, 0, within);
 }
 
 /// Waits until more than `before` checkpoints that wrote keyed state have committed.
 pub fn wait_until_more_committed_state(log: &Path, before: usize, within: Duration) {
     let awaited = format!("checkpoint {} with state changes committed", before + 1);
-    wait_until(log, &awaited, within, |text| text.lines().filter(|line| committed_state(line)).count() > before);
+    wait_until(log, &awaited, within, |text| committed_states(text) > before);
+}
+
+/// How many checkpoints that wrote keyed state a log says have committed.
+pub fn committed_states(text: &str) -> usize {
+    text.lines().filter(|line| committed_state(line)).count()
 }
 
 /// Whether a log line says a checkpoint that wrote keyed state has committed.
@@ -355,11 +353,19 @@ pub fn committed_state(line: &str) -> bool {
 /// Polls the log until `done` holds of it, for at most `within`; fails saying what was
 /// awaited and showing the log otherwise.
 fn wait_until(log: &Path, awaited: &str, within: Duration, done: impl Fn(&str) -> bool) {
+    poll_log(log, awaited, within, None, done);
+}
+
+/// As `wait_until`, and with `child`, fails at once if it exits first.
+fn poll_log(log: &Path, awaited: &str, within: Duration, mut child: Option<&mut Child>, done: impl Fn(&str) -> bool) {
     let deadline = Instant::now() + within;
     loop {
         let text = read_log(log);
         if done(&text) {
             return;
+        }
+        if let Some(status) = child.as_mut().and_then(|child| child.try_wait().expect("waiting for weir")) {
+            panic!("{awaited}: weir exited by itself with {status} first; log:\n{text}");
         }
         assert!(Instant::now() < deadline, "{awaited}: not within {within:?}:\n{text}");
         std::thread::sleep(Duration::from_millis(20));

@@ -435,23 +435,12 @@ fn parse_config_entry(entry: &str) -> Result<(String, String), String> {
 fn job_config(entries: &[(String, String)]) -> anyhow::Result<Vec<(String, String)>> {
     let mut config = std::collections::BTreeMap::new();
     for (key, value) in entries {
-        anyhow::ensure!(
-            value.len() <= job::MAX_MAP_VALUE_BYTES,
-            "--config `{key}` is {} bytes long, over a job file's limit of {}",
-            value.len(),
-            job::MAX_MAP_VALUE_BYTES
-        );
-        anyhow::ensure!(
-            config.insert(key.clone(), value.clone()).is_none(),
-            "--config `{key}` is given twice; a job file's table holds each key once"
-        );
+        anyhow::ensure!(!config.contains_key(key), "--config `{key}` is given twice; a job file's table holds each key once");
+        if let Some(problem) = job::map_entry_problem(config.len(), key, value) {
+            anyhow::bail!("--config: {problem}, as in a job file");
+        }
+        config.insert(key.clone(), value.clone());
     }
-    anyhow::ensure!(
-        config.len() <= job::MAX_MAP_ENTRIES,
-        "--config is given {} entries, over a job file's limit of {}",
-        config.len(),
-        job::MAX_MAP_ENTRIES
-    );
     Ok(config.into_iter().collect())
 }
 
@@ -521,10 +510,10 @@ mod tests {
         assert!(twice.contains("`a` is given twice"), "{twice}");
         let long = "x".repeat(job::MAX_MAP_VALUE_BYTES + 1);
         let too_long = job_config(&entries(&[("a", &long)])).unwrap_err().to_string();
-        assert!(too_long.contains("over a job file's limit"), "{too_long}");
+        assert!(too_long.contains(&format!("over the limit of {}", job::MAX_MAP_VALUE_BYTES)), "{too_long}");
         let many: Vec<(String, String)> = (0..=job::MAX_MAP_ENTRIES).map(|i| (i.to_string(), String::new())).collect();
         let too_many = job_config(&many).unwrap_err().to_string();
-        assert!(too_many.contains("entries, over a job file's limit"), "{too_many}");
+        assert!(too_many.contains(&format!("more than {} entries", job::MAX_MAP_ENTRIES)), "{too_many}");
         assert_eq!(parse_config_entry("=v").unwrap(), (String::new(), "v".to_string()));
     }
 }

@@ -641,6 +641,19 @@ fn name_problem(what: &str, value: &str, max: usize) -> Option<String> {
     Some(format!("{what} `{value}` contains {c:?}; use only letters, digits, '.', '_' and '-'"))
 }
 
+/// What a `[...kafka]` or `[operators.config]` table holding `held` entries refuses of
+/// its next, if anything: one entry too many, or a value too long. `weir check` holds
+/// its `--config` to this.
+pub fn map_entry_problem(held: usize, key: &str, value: &str) -> Option<String> {
+    if held >= MAX_MAP_ENTRIES {
+        return Some(format!("the table has more than {MAX_MAP_ENTRIES} entries"));
+    }
+    if value.len() > MAX_MAP_VALUE_BYTES {
+        return Some(format!("`{key}` is {} bytes long, over the limit of {MAX_MAP_VALUE_BYTES}", value.len()));
+    }
+    None
+}
+
 /// Checks an operator's output names as a job file's `outputs` are checked: 1 to
 /// `MAX_OUTPUTS`, each a name, none twice. `weir check` holds its `--outputs` to this.
 pub fn check_output_names(names: &[String]) -> Result<(), String> {
@@ -902,16 +915,8 @@ fn string_map<'de, D: Deserializer<'de>>(
                     return Err(de::Error::custom(message));
                 }
                 let ScalarString(value) = access.next_value()?;
-                if map.len() >= MAX_MAP_ENTRIES {
-                    return Err(de::Error::custom(format!(
-                        "the table has more than {MAX_MAP_ENTRIES} entries"
-                    )));
-                }
-                if value.len() > MAX_MAP_VALUE_BYTES {
-                    return Err(de::Error::custom(format!(
-                        "`{key}` is {} bytes long, over the limit of {MAX_MAP_VALUE_BYTES}",
-                        value.len()
-                    )));
+                if let Some(problem) = map_entry_problem(map.len(), &key, &value) {
+                    return Err(de::Error::custom(problem));
                 }
                 map.insert(key, value);
             }

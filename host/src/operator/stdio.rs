@@ -303,10 +303,8 @@ impl GuestOutput {
         }
         // A line ended by CRLF: its CR is no part of it.
         let kept = line.kept.strip_suffix(b"\r").unwrap_or(&line.kept);
-        let lossy = String::from_utf8_lossy(kept);
-        let shown = escaped(&lossy);
-        let text = cut(&shown);
-        let note = CutNote(line.cut + (shown.len() - text.len()) as u64);
+        let (text, dropped) = shown(&String::from_utf8_lossy(kept));
+        let note = CutNote(line.cut + dropped);
         let operator = &*self.label;
         match kind {
             Kind::Stdout => {
@@ -335,11 +333,17 @@ impl std::fmt::Display for CutNote {
 /// (saying how many bytes were cut), its control characters escaped, so that it can
 /// neither flood a line nor start one that reads as the host's.
 pub(super) fn one_line(text: &str) -> String {
+    let (line, dropped) = shown(text);
+    format!("{line}{}", CutNote(dropped))
+}
+
+/// `text` escaped and cut to [`MAX_LINE_BYTES`], and how many bytes the cuts dropped.
+fn shown(text: &str) -> (String, u64) {
     let kept = cut(text);
-    let shown = escaped(kept);
-    let line = cut(&shown);
-    let dropped = (text.len() - kept.len()) + (shown.len() - line.len());
-    format!("{line}{}", CutNote(dropped as u64))
+    let escaped = escaped(kept);
+    let line = cut(&escaped);
+    let dropped = (text.len() - kept.len()) + (escaped.len() - line.len());
+    (line.to_owned(), dropped as u64)
 }
 
 /// `text` with its control characters but tabs escaped (a line break as `\n`).
