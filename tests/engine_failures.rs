@@ -281,6 +281,38 @@ fn a_record_larger_than_the_producer_takes_stops_the_job_saying_so() {
     assert_eq!(committed.len(), input.len(), "the records before it are committed, the checkpoint holding it is not");
 }
 
+/// The same with a record the producer takes but the broker refuses: the output topic's
+/// max.message.bytes (200 kB) is below the 500 kB record. The job stops at once, naming
+/// the topic and what to raise, instead of restarting into the same refusal.
+#[test]
+fn a_record_larger_than_its_topic_takes_stops_the_job_saying_so() {
+    let job = job::job_dir("record-refused");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic_with(&job.output, PARTITIONS, &[("max.message.bytes", "200000")]);
+    let config = "[operators.config]\nbytes = \"500000\"\ncopies = \"1\"\n";
+    job.one_operator(2, 200, ("big", &support::plugin("bad-output"), false), config, "");
+    let input: Vec<clicks::Input> =
+        (0..100).map(|i| (i % PARTITIONS, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000)).collect();
+    support::produce(&job.input, &input);
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
+    support::produce(&job.input, &[(0, b"k".to_vec(), b"amplify".to_vec(), 2_000)]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).unwrap_or_else(|| {
+        job::kill(&mut child);
+        panic!("weir went on after the broker refused the record:\n{}", job::read_log(&log))
+    });
+    let text = job::read_log(&log);
+    assert!(!status.success(), "{text}");
+    let refused = format!("the broker refused records for topic `{}` as too large (one of them: 500000 bytes", job.output);
+    assert!(text.contains(&refused) && text.contains("max.message.bytes=N"), "unclear error:\n{text}");
+    assert_eq!(text.matches("attempt failed").count(), 0, "a restart cannot cure it:\n{text}");
+    let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
+    assert!(committed.iter().all(|(_, _, value)| value.len() < 1_000), "an oversized record was committed");
+    assert_eq!(committed.len(), input.len(), "the records before it are committed, the checkpoint holding it is not");
+}
+
 #[test]
 fn poison_records_go_to_the_dead_letter_topic_and_the_rest_is_exact() {
     let (job, input, dlq) = poison_job("poison-dlq", true);

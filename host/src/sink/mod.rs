@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -47,6 +47,9 @@ pub(crate) enum Delivery {
 pub(crate) struct SinkContext {
     failed: AtomicU64,
     first_failure: Mutex<Option<String>>,
+    /// The first record the broker refused as too large, by topic and size: a restart
+    /// would send it again.
+    refused_too_large: Mutex<Option<(String, usize)>>,
 }
 
 /// What librdkafka says while `init_transactions` waits for the broker to finish
@@ -74,10 +77,14 @@ impl ProducerContext for SinkContext {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((error, _)) = result {
+        if let Err((error, message)) = result {
             self.failed.fetch_add(1, Ordering::Relaxed);
             let mut first = self.first_failure.lock().expect("delivery failure lock");
             first.get_or_insert_with(|| error.to_string());
+            if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
+                let mut refused = self.refused_too_large.lock().expect("delivery failure lock");
+                refused.get_or_insert_with(|| (message.topic().to_owned(), message_bytes(message)));
+            }
         }
     }
 }
@@ -242,6 +249,15 @@ pub(crate) enum SinkError {
          max.message.bytes on the broker, or, if an operator emitted it, have the operator emit smaller records"
     )]
     RecordTooLarge { topic: String, bytes: usize },
+    #[error(
+        "the broker refused records for topic `{topic}` as too large (one of them: {bytes} bytes of key, value \
+         and headers), and would again after a restart: the topic's max.message.bytes is below the record \
+         batches the producer sends (up to batch.size, 1000000 bytes unless the job sets it, or one record up \
+         to message.max.bytes). Raise the topic's max.message.bytes (kafka-configs.sh --alter --entity-type \
+         topics --entity-name {topic} --add-config max.message.bytes=N), or lower batch.size and \
+         message.max.bytes to it under [sink.kafka] ([producer.kafka] in the graph form)"
+    )]
+    RefusedTooLarge { topic: String, bytes: usize },
 }
 
 /// Fencing is the one sink failure a restart cannot cure: restarting would fence the
@@ -251,7 +267,9 @@ impl From<SinkError> for TaskFailure {
         match error {
             SinkError::Fenced { .. } => TaskFailure::Fenced(error.to_string()),
             SinkError::StaleMember { .. } | SinkError::NotMember => TaskFailure::LeftGroup(error.to_string()),
-            SinkError::MissingTopic { .. } | SinkError::RecordTooLarge { .. } => TaskFailure::Incompatible(error.to_string()),
+            SinkError::MissingTopic { .. } | SinkError::RecordTooLarge { .. } | SinkError::RefusedTooLarge { .. } => {
+                TaskFailure::Incompatible(error.to_string())
+            }
             other => TaskFailure::Sink(other.to_string()),
         }
     }
@@ -447,6 +465,7 @@ impl Sink {
                 // Flushed first so that rdkafka's commit, which flushes in 100 ms sleeps,
                 // finds nothing left to flush.
                 self.flush(TXN_TIMEOUT).map_err(|e| self.error("flushing", e))?;
+                self.refused()?;
                 let member = match &self.shard {
                     Some(shard) => {
                         let (metadata, id) = current_member(shard)?;
@@ -498,6 +517,7 @@ impl Sink {
     /// At-least-once, after a flush: an error if any record handed over since the last
     /// check was not delivered.
     fn delivered(&self) -> Result<(), SinkError> {
+        self.refused()?;
         let failed = self.producer.context().failed.swap(0, Ordering::Relaxed);
         if failed > 0 {
             let first = self.producer.context().first_failure.lock().expect("lock").take();
@@ -530,7 +550,20 @@ impl Sink {
         }
     }
 
+    /// An error if the broker refused a record as too large since the producer started.
+    fn refused(&self) -> Result<(), SinkError> {
+        let refused = self.producer.context().refused_too_large.lock().expect("lock").clone();
+        match refused {
+            Some((topic, bytes)) => Err(SinkError::RefusedTooLarge { topic, bytes }),
+            None => Ok(()),
+        }
+    }
+
     fn error(&self, doing: &'static str, source: KafkaError) -> SinkError {
+        if let Err(refused) = self.refused() {
+            // A commit or flush fails after the broker refused a record; the refusal is why.
+            return refused;
+        }
         // A send that fails with a fatal error says only "Fatal"; the producer knows why.
         let fenced = is_fencing(&source)
             || self.producer.client().fatal_error().is_some_and(|(code, _)| is_fencing_code(code));
@@ -543,6 +576,14 @@ impl Sink {
         }
     }
 
+}
+
+/// The key, value and headers of a record the producer reports on.
+fn message_bytes(message: &BorrowedMessage<'_>) -> usize {
+    let headers = message.headers().map_or(0, |headers| {
+        headers.iter().map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len)).sum()
+    });
+    message.key().map_or(0, <[u8]>::len) + message.payload().map_or(0, <[u8]>::len) + headers
 }
 
 /// What librdkafka counts of a record against `message.max.bytes`.
