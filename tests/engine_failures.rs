@@ -313,6 +313,38 @@ fn a_record_larger_than_its_topic_takes_stops_the_job_saying_so() {
     assert_eq!(committed.len(), input.len(), "the records before it are committed, the checkpoint holding it is not");
 }
 
+/// An operator's output reaches the next operator in batches of the size a source
+/// reads: one input record that becomes 30 MB of records upstream is not handed whole
+/// to a downstream operator whose memory is 16 MiB (which then ran out of memory, was
+/// blamed for it and restarted).
+#[test]
+fn a_large_output_is_handed_to_the_next_operator_in_batches_it_can_hold() {
+    let job = job::job_dir("recut");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    let downstream = format!(
+        "[operators.config]\nbytes = \"100000\"\ncopies = \"300\"\n\n[[operators]]\nname = \"down\"\n\
+         plugin = \"{}\"\nmemory_limit_mb = 16\n",
+        support::plugin("bad-trap").display()
+    );
+    job.one_operator(2, 200, ("big", &support::plugin("bad-output"), false), &downstream, "");
+    let input: Vec<clicks::Input> =
+        (0..100).map(|i| (i % PARTITIONS, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000)).collect();
+    support::produce(&job.input, &input);
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
+    support::produce(&job.input, &[(0, b"k".to_vec(), b"amplify".to_vec(), 2_000)]);
+    assert!(tail.until(input.len() + 300, Duration::from_secs(60)), "{}", job::read_log(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+    let text = job::read_log(&log);
+    assert_eq!(text.matches("attempt failed").count(), 0, "the downstream operator failed:\n{text}");
+    let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
+    assert_eq!(committed.len(), input.len() + 300, "lost or duplicated records");
+    assert_eq!(committed.iter().filter(|(_, _, value)| value.len() == 100_000).count(), 300);
+}
+
 #[test]
 fn poison_records_go_to_the_dead_letter_topic_and_the_rest_is_exact() {
     let (job, input, dlq) = poison_job("poison-dlq", true);

@@ -477,6 +477,36 @@ fn plugin_output_over_the_log_rate_is_dropped_and_counted() {
     assert!(text.contains(&series), "{series} missing from:\n{text}");
 }
 
+/// The next instance of a label (its subtask's next attempt) takes up the budget its
+/// predecessor left, so a plugin that floods the log and fails every attempt is held to
+/// the rate; another subtask's budget is its own.
+#[test]
+fn a_restarted_instance_gets_what_is_left_of_its_log_budget() {
+    let limits = Limits {
+        log: LogLimits {
+            lines_per_sec: 10,
+            bytes_per_sec: 1 << 20,
+        },
+        call_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
+    let plugin = load("bad-output");
+    let flood = |label: &str| {
+        let mut op = OperatorInstance::new(&plugin, limits, config(&[("lines", "500")]), label.into())
+            .unwrap_or_else(|err| panic!("{err}"));
+        op.process(&batch(&[(None, "flood", 1)])).unwrap_or_else(|err| panic!("{err}"));
+        op.log_dropped().0
+    };
+    let first = flood("bad-output[0]");
+    assert!((850..=901).contains(&first), "dropped {first} lines");
+    // The gate's count runs on: 1 001 more lines against a refill of 10 a second.
+    let both = flood("bad-output[0]");
+    let second = both.saturating_sub(first);
+    assert!(second >= 900, "the second instance dropped {second} of 1001 lines");
+    let other = flood("bad-output[1]");
+    assert!((850..=901).contains(&other), "another subtask dropped {other} lines");
+}
+
 /// Reads `path` for an assertion message.
 fn read_log(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()

@@ -193,6 +193,11 @@ impl Batch {
         }
     }
 
+    /// Bytes of each record's key and value, in order, however records share bytes.
+    pub(crate) fn record_sizes(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.entries.iter().map(|entry| entry.key_len as usize + entry.value_len as usize)
+    }
+
     pub fn iter(&self) -> impl ExactSizeIterator<Item = RecordRef<'_>> + '_ {
         (0..self.entries.len()).map(|index| self.get(index))
     }

@@ -18,6 +18,12 @@ pub struct Origin {
     pub offset: i64,
 }
 
+/// Records and bytes of keys and values one batch holds at most, the bytes bound passed
+/// by one record at most: what a source reads into a batch, and what an operator is
+/// handed in one call whatever the operator before it returned.
+pub(crate) const BATCH_RECORDS: usize = 1024;
+pub(crate) const BATCH_BYTES: usize = 1 << 20;
+
 /// A batch and, when it comes straight from a source, the origin of each record.
 #[derive(Clone, Default)]
 pub(crate) struct Records {
@@ -37,6 +43,47 @@ impl Records {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.batch.is_empty()
+    }
+
+    /// Whether it reached a bound of a batch.
+    pub(crate) fn is_full(&self) -> bool {
+        self.batch.len() >= BATCH_RECORDS || self.batch.data_len() >= BATCH_BYTES
+    }
+
+    /// Cut into batches within the bounds, each closed by the record that fills it; itself
+    /// when it is one already. Records are measured one by one: an operator's output may
+    /// point many records at the same bytes.
+    pub(crate) fn cut(self) -> Vec<Records> {
+        let ends = self.piece_ends();
+        if ends.len() <= 1 {
+            return vec![self];
+        }
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let mut piece = Records::default();
+                (start..end).for_each(|index| piece.push_from(&self, index));
+                start = end;
+                piece
+            })
+            .collect()
+    }
+
+    /// Where each piece of [`Records::cut`] ends.
+    fn piece_ends(&self) -> Vec<usize> {
+        let (mut ends, mut records, mut bytes) = (Vec::new(), 0, 0);
+        for (index, size) in self.batch.record_sizes().enumerate() {
+            records += 1;
+            bytes += size;
+            if records >= BATCH_RECORDS || bytes >= BATCH_BYTES {
+                ends.push(index + 1);
+                (records, bytes) = (0, 0);
+            }
+        }
+        if records > 0 {
+            ends.push(self.batch.len());
+        }
+        ends
     }
 }
 
@@ -76,4 +123,47 @@ pub(crate) enum Event {
     /// (`Pace`): the coordinator may start the next checkpoint early.
     Fired,
     Failed(TaskFailure),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{Entry, OutputBound};
+
+    fn sizes(pieces: &[Records]) -> Vec<usize> {
+        pieces.iter().map(|piece| piece.batch.len()).collect()
+    }
+
+    #[test]
+    fn a_batch_within_the_bounds_is_handed_on_as_it_is() {
+        let mut records = Records::default();
+        (0..BATCH_RECORDS).for_each(|i| records.batch.push(None, format!("{i}").as_bytes(), 0, &[]));
+        assert_eq!(sizes(&records.cut()), [BATCH_RECORDS]);
+    }
+
+    #[test]
+    fn records_are_cut_by_count_and_by_bytes_with_their_origins() {
+        let mut records = Records::default();
+        for i in 0..2_500 {
+            records.batch.push(Some(b"k"), &[0; 99], 0, &[]);
+            records.origins.push(Origin { partition: 0, offset: i });
+        }
+        let pieces = records.cut();
+        assert_eq!(sizes(&pieces), [1024, 1024, 452]);
+        assert_eq!(pieces[2].origins[0].offset, 2_048);
+        let mut big = Records::default();
+        (0..5).for_each(|_| big.batch.push(None, &vec![0; 400 << 10], 0, &[]));
+        assert_eq!(sizes(&big.cut()), [3, 2], "a piece closes with the record that fills it");
+    }
+
+    /// An operator's output may point every record at the same bytes: its data is small,
+    /// the records handed on are not.
+    #[test]
+    fn records_that_share_their_bytes_are_measured_one_by_one() {
+        let entry = Entry { has_key: false, key_offset: 0, key_len: 0, value_offset: 0, value_len: 512 << 10, timestamp: 0 };
+        let bound = OutputBound { max_records: 16, max_bytes: 1 << 30 };
+        let batch = Batch::from_parts(vec![0; 512 << 10], vec![entry; 6], Vec::new(), bound).unwrap();
+        let records = Records { batch, origins: Vec::new() };
+        assert_eq!(sizes(&records.cut()), [2, 2, 2]);
+    }
 }

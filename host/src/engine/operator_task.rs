@@ -304,9 +304,15 @@ impl OperatorTask<'_> {
         }
     }
 
+    /// Hands `records` to the operator in batches no larger than a source's, whatever the
+    /// operator before it returned in one call.
     fn process(&mut self, input: u32, records: Records) -> Result<(), TaskFailure> {
         self.metrics.records_in.inc_by(records.batch.len() as u64);
         self.early.records += records.batch.len() as u64;
+        records.cut().into_iter().try_for_each(|piece| self.process_piece(input, piece))
+    }
+
+    fn process_piece(&mut self, input: u32, records: Records) -> Result<(), TaskFailure> {
         if records.origins.iter().any(|o| self.suspects.contains(o)) {
             return self.process_one_by_one(input, records);
         }

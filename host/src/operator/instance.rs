@@ -86,11 +86,17 @@ pub struct OperatorInstance {
     id: OperatorId,
     /// `limits.call_timeout` in epoch ticks, computed once: every call sets it.
     deadline_ticks: u64,
-    /// The log rate limit, shared by every guest this instance runs, so that a
-    /// plugin crashing in a loop does not get a fresh budget each time.
+    /// The log rate limit, shared by every guest of this label ([`Plugin::log_gate`]).
     log: LogGate,
     /// `None` only after a crash whose replacement failed; the next call retries.
     live: Option<Live>,
+}
+
+/// What its gate dropped is said when the instance goes, though the gate lives on.
+impl Drop for OperatorInstance {
+    fn drop(&mut self) {
+        self.log.summarise();
+    }
 }
 
 // The engine moves each instance to its subtask's thread and shares plugins.
@@ -198,7 +204,7 @@ impl OperatorInstance {
             ports,
             id,
             deadline_ticks: plugin.runtime().deadline_ticks(limits.call_timeout),
-            log: LogGate::new(label.into(), limits.log),
+            log: plugin.log_gate(&label, limits.log),
             live: None,
         };
         instance.live = Some(instance.start()?);

@@ -5,8 +5,9 @@
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use semver::Version;
@@ -16,6 +17,7 @@ use super::contract::{self, Surface, World};
 use super::exports::OperatorPre;
 use super::error::PluginError;
 use super::runtime::Runtime;
+use super::stdio::{LogGate, LogLimits};
 
 /// How long compiling a plugin may take unless the job says otherwise. Generous on
 /// purpose: a Python or JavaScript component takes 12–27 s on a loaded 2-core machine;
@@ -57,6 +59,8 @@ struct Inner {
     runtime: Runtime,
     pre: OperatorPre,
     info: PluginInfo,
+    /// The log rate limit of each instance label stamped from it.
+    logs: Mutex<HashMap<String, LogGate>>,
 }
 
 /// What `weir check` and the job log say about a plugin.
@@ -151,6 +155,7 @@ impl Plugin {
                 runtime: runtime.clone(),
                 pre,
                 info,
+                logs: Mutex::default(),
             }),
         })
     }
@@ -175,6 +180,14 @@ impl Plugin {
 
     pub(super) fn pre(&self) -> &OperatorPre {
         &self.inner.pre
+    }
+
+    /// The log rate limit of the instances labelled `label`, one for as long as the
+    /// plugin is loaded: an operator whose attempts fail one after another does not
+    /// get a fresh budget with each (nor with each crash within one).
+    pub(super) fn log_gate(&self, label: &str, limits: LogLimits) -> LogGate {
+        let mut logs = self.inner.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        logs.entry(label.to_owned()).or_insert_with(|| LogGate::new(label.into(), limits)).clone()
     }
 }
 

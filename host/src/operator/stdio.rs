@@ -1,8 +1,8 @@
 //! Where a guest's stdout, stderr and log messages go: each line to `tracing`
 //! with the operator's label, its control characters escaped, cut at 4 KiB and
-//! rate-limited per instance (what is dropped is counted and summarised), and the
-//! latest bytes into a short tail that explains a trap (a Rust panic message lands
-//! there). Writes never block; one past what `check-write` allowed traps.
+//! rate-limited per instance label across restarts (what is dropped is counted and
+//! summarised), and the latest bytes into a short tail that explains a trap (a Rust
+//! panic message lands there). Writes never block; one past what `check-write` allowed traps.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -26,7 +26,7 @@ const TAIL_BYTES: usize = 2048;
 /// summarises what it dropped at most once per this many seconds.
 const BURST_SECS: u32 = 10;
 
-/// How much of a guest's log and stdio reaches the host log, per instance: a
+/// How much of a guest's log and stdio reaches the host log, per instance label: a
 /// token bucket of lines and one of bytes, each holding [`BURST_SECS`] of its
 /// rate. What does not fit is dropped, counted and summarised in one line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +90,11 @@ impl LogGate {
         self.lock().metrics = Some(metrics);
     }
 
+    /// Logs what was dropped since the last summary, if anything was.
+    pub(super) fn summarise(&self) {
+        self.lock().summarise();
+    }
+
     /// Lines and bytes dropped so far.
     pub(super) fn dropped(&self) -> (u64, u64) {
         self.lock().total
@@ -97,7 +102,8 @@ impl LogGate {
 
     /// Whether a line of `len` bytes may be logged now; if not, it is counted as
     /// dropped. A line let through after drops is preceded by a summary of them,
-    /// at most once per [`BURST_SECS`]; the last summary comes when the instance goes.
+    /// at most once per [`BURST_SECS`]; the last summary comes when the instance goes
+    /// ([`LogGate::summarise`]).
     fn admit(&self, len: usize) -> bool {
         self.lock().admit(len)
     }

@@ -11,7 +11,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition};
+use crate::dataflow::{BATCH_BYTES, BATCH_RECORDS, DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition};
 use crate::metrics::{Metrics, PartitionMetrics};
 
 mod bootstrap;
@@ -24,10 +24,8 @@ pub(crate) use config::consumer;
 pub(crate) use fetch::Fetcher;
 use progress::{Activity, Progress};
 
-/// Records and bytes one batch holds at most (the bytes bound is passed by one record
-/// at most): bounds memory per channel slot. Records are fetched `FETCH_RECORDS` at a time.
-const BATCH_RECORDS: usize = 1024;
-const BATCH_BYTES: usize = 1 << 20;
+/// Records are fetched `FETCH_RECORDS` at a time into batches within `BATCH_RECORDS` and
+/// `BATCH_BYTES`, which bound memory per channel slot.
 const FETCH_RECORDS: usize = 128;
 /// How long a poll waits for the first record of a batch; bounds barrier latency.
 const POLL_WAIT: Duration = Duration::from_millis(20);
@@ -176,7 +174,7 @@ impl SourceTask {
                 continue;
             }
             let records = self.read_batch()?;
-            self.pace.read(self.index, is_full(&records));
+            self.pace.read(self.index, records.is_full());
             if !records.is_empty() {
                 self.send_records(records)?;
                 self.wake(&mut activity);
@@ -216,7 +214,7 @@ impl SourceTask {
         self.check_client()?;
         let mut records = Records::default();
         let mut wait = POLL_WAIT;
-        while !is_full(&records) {
+        while !records.is_full() {
             let max = FETCH_RECORDS.min(BATCH_RECORDS - records.batch.len());
             if !self.read_into(&mut records, wait, max)? {
                 break;
@@ -447,8 +445,3 @@ fn read_failure(index: usize, topic: &str, error: rdkafka::error::KafkaError, de
     TaskFailure::Kafka(format!("source {index} reading topic {topic}: {error} ({detail})"))
 }
 
-/// Whether a batch reached one of its bounds: a source that stops there may have left
-/// records in its consumer.
-fn is_full(records: &Records) -> bool {
-    records.batch.len() >= BATCH_RECORDS || records.batch.data_len() >= BATCH_BYTES
-}
