@@ -552,6 +552,46 @@ fn a_corrupt_checkpoint_is_a_clear_error_and_commits_nothing() {
     assert_eq!(before, after, "a refused start must write nothing");
 }
 
+/// A table file of the store damaged in its data (a block's checksum no longer
+/// matches) opens, and fails when read: the job stops, saying the store is damaged and
+/// what to do (it said to check that the disk was not full; a read that met such damage
+/// while the job ran was retried until the restart budget ended).
+#[test]
+fn a_store_damaged_inside_a_table_file_stops_the_job_saying_so() {
+    let job = job::job_dir("damaged-sst");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.window_count(2, 200, 600_000, "");
+    let input = Clicks::new(11, PARTITIONS, 5_000).take(20_000);
+    support::produce(&job.input, &input);
+    let first = log_of(&job, "first.log");
+    let mut child = job::start(&job.path(), &first, &[]);
+    job::wait_for_committed_state(&first, Duration::from_secs(60));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&first));
+
+    let tables: Vec<std::path::PathBuf> = std::fs::read_dir(job.state_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "sst"))
+        .collect();
+    assert!(!tables.is_empty(), "no table file in the store");
+    for table in &tables {
+        let mut bytes = std::fs::read(table).unwrap();
+        // Data blocks come first; the index and footer at the end stay whole.
+        let third = bytes.len() / 3;
+        for byte in &mut bytes[64..third] {
+            *byte ^= 0x5a;
+        }
+        std::fs::write(table, bytes).unwrap();
+    }
+    let before = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).len();
+    let text = refused_start(&job, "second.log");
+    assert!(text.contains("found the store damaged") && text.contains("delete the state_dir") && text.contains(&*job.state_dir().to_string_lossy()), "unclear error:\n{text}");
+    assert_eq!(text.matches("attempt failed").count(), 0, "a restart cannot cure it:\n{text}");
+    let after = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).len();
+    assert_eq!(before, after, "a refused start must write nothing");
+}
+
 #[test]
 fn a_lost_state_dir_and_changelog_is_a_clear_error_and_commits_nothing() {
     let (job, input) = window_count_job("lost-store", 2_000);

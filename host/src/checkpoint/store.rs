@@ -182,6 +182,14 @@ pub enum StoreError {
         action: String,
         source: rocksdb::Error,
     },
+
+    #[error(
+        "{action} in checkpoint store {dir} found the store damaged: {detail}. A restart would \
+         meet the same damage: delete the state_dir (an exactly-once job rebuilds it from its \
+         changelog topic; an at-least-once job cannot: restore the state_dir from a backup)",
+        dir = .dir.display()
+    )]
+    Damaged { dir: PathBuf, action: String, detail: String },
 }
 
 fn describe_task(task: Option<&str>) -> String {
@@ -709,11 +717,13 @@ impl CheckpointStore {
         key
     }
 
+    /// A RocksDB failure while `action`: damage RocksDB found (a checksum that does not
+    /// match) is the store's, the rest may pass.
     pub(crate) fn rocks(&self, action: String, source: rocksdb::Error) -> StoreError {
-        StoreError::Rocks {
-            dir: self.dir.clone(),
-            action,
-            source,
+        let dir = self.dir.clone();
+        match source.kind() {
+            ErrorKind::Corruption => StoreError::Damaged { dir, action, detail: source.into_string() },
+            _ => StoreError::Rocks { dir, action, source },
         }
     }
 }
