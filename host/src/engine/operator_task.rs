@@ -112,6 +112,13 @@ pub(super) struct EarlyRounds {
     sampled: HashSet<u32>,
     /// The changes early rounds of the next checkpoint wrote to the changelog, oldest first.
     held: Vec<StateChanges>,
+    /// Their bytes, counted as a round's are ([`crate::operator::Limits::round_bytes`]).
+    held_bytes: u64,
+    /// Early rounds stop once they hold this much until the barrier, twice a round's
+    /// bound: a plugin handing over a whole round each time holds the host to a few
+    /// rounds' memory, not one per share of the interval. What stays in the guest goes
+    /// with the barrier's round.
+    max_held: u64,
 }
 
 /// Early rounds once a checkpoint's rounds changed at least this many distinct keys...
@@ -132,7 +139,7 @@ const EIGHTHS_RECORDS_PER_KEY: f64 = 1.25;
 const SAMPLE: u32 = 8;
 
 impl EarlyRounds {
-    pub(super) fn new(interval: Duration) -> EarlyRounds {
+    pub(super) fn new(interval: Duration, max_held: u64) -> EarlyRounds {
         let every = spacing(interval, f64::INFINITY);
         let forced = fault::early_rounds_forced();
         EarlyRounds {
@@ -149,12 +156,14 @@ impl EarlyRounds {
             records: 0,
             sampled: HashSet::new(),
             held: Vec::new(),
+            held_bytes: 0,
+            max_held,
         }
     }
 
     /// Asked after every batch: off, or not yet time, it judges nothing.
     fn due(&self, now: Instant) -> bool {
-        if !self.on || now < self.next {
+        if !self.on || now < self.next || self.held_bytes >= self.max_held {
             return false;
         }
         let would_take = (now - self.snapshot).mul_f64(self.rate);
@@ -193,6 +202,8 @@ impl EarlyRounds {
     fn hold(&mut self, round: StateChanges, took: Duration) {
         self.note(&round);
         self.spent += took;
+        let (keys, bytes) = round.size();
+        self.held_bytes += bytes + keys * chunk::ENTRY_OVERHEAD_BYTES as u64;
         self.held.push(round);
     }
 
@@ -225,6 +236,7 @@ impl EarlyRounds {
         self.timed(self.since, now, !last.is_empty());
         self.next = (self.since + self.every).max(now + EARLY_MIN_EVERY);
         let mut rounds = std::mem::take(&mut self.held);
+        self.held_bytes = 0;
         rounds.push(last);
         rounds
     }
@@ -521,7 +533,7 @@ mod tests {
     /// Early rounds on at `now`, each taking `rate` seconds per second of input; the last
     /// barrier reached `barrier` before, the last round began `round` before.
     fn rounds(now: Instant, rate: f64, barrier: Duration, round: Duration) -> EarlyRounds {
-        let mut early = EarlyRounds::new(Duration::from_secs(1));
+        let mut early = EarlyRounds::new(Duration::from_secs(1), u64::MAX);
         (early.on, early.forced, early.rate) = (true, false, rate);
         (early.since, early.next, early.snapshot) = (now - barrier, now - barrier, now - round);
         early
@@ -545,6 +557,25 @@ mod tests {
         let mut forced = rounds(now, 0.5, ms(800), ms(500));
         forced.forced = true;
         assert!(forced.due(now), "the crash tests' rounds come whenever due");
+    }
+
+    #[test]
+    fn early_rounds_stop_once_they_hold_a_rounds_bound() {
+        let now = later();
+        let mut early = rounds(now, 0.0, ms(500), ms(250));
+        early.max_held = 2 * (2 + chunk::ENTRY_OVERHEAD_BYTES as u64);
+        let one = || {
+            let mut round = StateChanges::new(0);
+            round.push(0, b"k", Some(b"v"));
+            round
+        };
+        early.hold(one(), ms(1));
+        assert!(early.due(now), "one round held, under the bound");
+        early.hold(one(), ms(1));
+        assert!(!early.due(now), "two held: the rest waits for the barrier");
+        assert_eq!(early.take(one(), ms(1)).len(), 3);
+        (early.on, early.next, early.since, early.rate) = (true, now, now - ms(100), 0.0);
+        assert!(early.due(now), "the next checkpoint's rounds start from nothing held");
     }
 
     #[test]
@@ -581,7 +612,7 @@ mod tests {
 
     #[test]
     fn rounds_come_every_eighth_where_keys_seldom_repeat() {
-        let mut early = EarlyRounds::new(Duration::from_secs(1));
+        let mut early = EarlyRounds::new(Duration::from_secs(1), u64::MAX);
         assert_eq!(early.every, ms(250), "a quarter until a checkpoint says otherwise");
         // 1 000 sampled keys stand for 8 000 distinct keys.
         let checkpoint = |early: &mut EarlyRounds, records: u64| {
@@ -602,7 +633,7 @@ mod tests {
 
     #[test]
     fn the_barriers_round_sets_the_rate_and_a_long_one_is_followed_soon() {
-        let mut early = EarlyRounds::new(Duration::from_secs(1));
+        let mut early = EarlyRounds::new(Duration::from_secs(1), u64::MAX);
         let began = Instant::now() - ms(400);
         early.snapshot = began;
         let mut round = StateChanges::new(0);
