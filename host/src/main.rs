@@ -28,7 +28,8 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // The chain can quote what a server answered or a file held.
+            eprintln!("error: {}", cli::printable(&format!("{err:#}")));
             ExitCode::FAILURE
         }
     }

@@ -57,3 +57,29 @@ impl Cli {
         }
     }
 }
+
+/// `text` with every control character but the line ends, and every character that
+/// reorders or hides text (bidi marks and overrides, zero-width and invisible ones),
+/// shown as an escape: failure messages can quote records, and an answer of `weir
+/// status` comes from whatever listens at the address; neither may drive or disguise
+/// the terminal.
+pub(crate) fn printable(text: &str) -> String {
+    let hidden = |c: char| {
+        matches!(c, '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    };
+    text.chars()
+        .map(|c| if (c.is_control() && c != '\n') || hidden(c) { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_shown_not_sent_to_the_terminal() {
+        assert_eq!(printable("trap: \u{1b}[2Jgone\r\nnext\n"), "trap: \\u{1b}[2Jgone\\u{d}\nnext\n");
+        assert_eq!(printable("a\u{202e}cba"), "a\\u{202e}cba");
+        assert_eq!(printable("x\u{61c}\u{2061}y"), "x\\u{61c}\\u{2061}y");
+    }
+}

@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+
+use super::printable;
 use clap::Args;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
@@ -115,7 +117,7 @@ fn render_checkpoints(job: &JobStatus, out: &mut String) {
         "last committed checkpoint {} ({} ms, {} ago); last {}: p50 {} ms, max {} ms, {failed} failed",
         last.id,
         last.duration_ms,
-        ago(job.now_ms, last.started_at_ms + last.duration_ms),
+        ago(job.now_ms, last.started_at_ms.saturating_add(last.duration_ms)),
         recent.len(),
         durations[durations.len() / 2],
         durations[durations.len() - 1]
@@ -126,7 +128,7 @@ fn render_checkpoints(job: &JobStatus, out: &mut String) {
 }
 
 fn render_source(source: &SourceNode, now_ms: u64, out: &mut String) {
-    let lag: i64 = source.partitions.iter().map(|p| p.lag).sum();
+    let lag = source.partitions.iter().fold(0i64, |sum, p| sum.saturating_add(p.lag));
     let kind = if source.table { "table" } else { "stream" };
     let _ = writeln!(out, "  {} ({kind}, topic {}): {} partitions, lag {lag}", source.name, source.topic, source.partitions.len());
     for partition in &source.partitions {
@@ -159,16 +161,6 @@ fn render_operator(operator: &OperatorNode, now_ms: u64, out: &mut String) {
     }
 }
 
-/// `text` with every control character but the line ends, and every character that
-/// reorders or hides text (bidi overrides, zero-width ones), shown as an escape: failure
-/// messages can quote records, which must not drive or disguise the terminal.
-fn printable(text: &str) -> String {
-    let hidden = |c: char| matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
-    text.chars()
-        .map(|c| if (c.is_control() && c != '\n') || hidden(c) { c.escape_unicode().to_string() } else { c.to_string() })
-        .collect()
-}
-
 fn rate(per_second: Option<f64>) -> String {
     per_second.map_or_else(|| "-".to_owned(), |r| format!("{r:.0}"))
 }
@@ -192,16 +184,5 @@ fn human_duration(d: Duration) -> String {
         1..60 => format!("{s} s"),
         60..3600 => format!("{}m{:02}s", s / 60, s % 60),
         _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::printable;
-
-    #[test]
-    fn control_characters_are_shown_not_sent_to_the_terminal() {
-        assert_eq!(printable("trap: \u{1b}[2Jgone\r\nnext\n"), "trap: \\u{1b}[2Jgone\\u{d}\nnext\n");
-        assert_eq!(printable("a\u{202e}cba"), "a\\u{202e}cba");
     }
 }

@@ -1,7 +1,8 @@
 //! The HTTP side of `--metrics-addr` (by default 127.0.0.1:9464, or a free port when
 //! another job holds it), on axum: `GET /` the status page, `GET /api/v1/job` its JSON,
-//! `GET /metrics` Prometheus text. Read-only, GET only; a bounded number of connections,
-//! each closed when idle too long, and of requests at once, each answered within a deadline.
+//! `GET /metrics` Prometheus text. Read-only, GET only, for requests that name this
+//! machine (DNS rebinding); a bounded number of connections, each closed when idle or open
+//! too long, and of requests at once, each answered within a deadline.
 
 use std::future::Future;
 use std::io;
@@ -34,6 +35,10 @@ const MAX_CONNECTIONS: usize = 64;
 /// A connection that reads or writes nothing for this long while a request is answered
 /// is closed (a client that reads no answer).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// However busy, a connection is closed this long after it was accepted: a client that
+/// holds one open by reading pipelined answers slowly gives its slot back (a page opens
+/// a new one when it next refreshes).
+const MAX_LIFETIME: Duration = Duration::from_secs(60);
 /// A request's head must arrive whole within this, however slowly it trickles; hyper
 /// starts it anew for each request, so an idle keep-alive connection closes after it too.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,9 +63,9 @@ pub struct Server {
 #[derive(Clone)]
 struct Shared {
     status: Arc<Status>,
+    /// This machine's host name, which a request may name besides its IP or `localhost`.
+    host_name: Option<Arc<str>>,
     slots: Arc<Semaphore>,
-    /// Bound to a loopback or unspecified address: a request must name an IP or localhost.
-    loopback: bool,
 }
 
 impl Server {
@@ -108,16 +113,13 @@ impl Server {
 
     /// Answers until the task is dropped; returns only if the bound address is gone.
     pub async fn run(self) -> io::Result<()> {
-        self.run_within(MAX_CONNECTIONS, IDLE_TIMEOUT).await
+        self.run_within(MAX_CONNECTIONS, IDLE_TIMEOUT, MAX_LIFETIME).await
     }
 
-    async fn run_within(self, connections: usize, idle: Duration) -> io::Result<()> {
-        // An unspecified address (0.0.0.0, [::]) takes loopback connections too.
-        let ip = self.listener.local_addr()?.ip();
-        let loopback = ip.is_loopback() || ip.is_unspecified();
-        let shared = Shared { status: self.status, slots: Arc::new(Semaphore::new(MAX_REQUESTS)), loopback };
+    async fn run_within(self, connections: usize, idle: Duration, lifetime: Duration) -> io::Result<()> {
+        let shared = Shared { status: self.status, host_name: host_name(), slots: Arc::new(Semaphore::new(MAX_REQUESTS)) };
         let service = TowerToHyperService::new(router(shared));
-        let listener = Bounded { listener: self.listener, slots: Arc::new(Semaphore::new(connections)), idle };
+        let listener = Bounded { listener: self.listener, slots: Arc::new(Semaphore::new(connections)), idle, lifetime };
         loop {
             let (connection, peer) = listener.accept().await;
             let service = service.clone();
@@ -150,10 +152,11 @@ fn router(shared: Shared) -> Router {
 /// Each request waits for one of [`MAX_REQUESTS`] slots and is answered within
 /// [`REQUEST_TIMEOUT`]; every answer says it is not to be framed or sniffed.
 async fn bounded(State(shared): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let mut response = if shared.loopback && !names_this_host(&request) {
-        // A page of another site whose name was pointed at 127.0.0.1 (DNS rebinding)
+    let mut response = if !names_this_host(&request, shared.host_name.as_deref()) {
+        // A page of another site whose name was pointed at this machine (DNS rebinding)
         // must not read the job's status, whose messages may quote records.
-        (StatusCode::MISDIRECTED_REQUEST, "weir answers requests for its IP address or localhost only\n").into_response()
+        let refusal = "weir answers requests for its IP address, localhost or this machine's host name only\n";
+        (StatusCode::MISDIRECTED_REQUEST, refusal).into_response()
     } else {
         let answer = async {
             let _slot = shared.slots.acquire().await.expect("never closed");
@@ -171,15 +174,28 @@ async fn bounded(State(shared): State<Shared>, request: axum::extract::Request, 
     response
 }
 
-/// Whether the request's Host is an IP address or `localhost` (with any port), or absent.
-fn names_this_host(request: &axum::extract::Request) -> bool {
+/// Whether the request's Host is an IP address, `localhost` or `host_name` (with any
+/// port), or absent.
+fn names_this_host(request: &axum::extract::Request, host_name: Option<&str>) -> bool {
     let Some(host) = request.headers().get(header::HOST) else { return true };
     let Ok(host) = host.to_str() else { return false };
     let name = match host.strip_prefix('[') {
         Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
         None => host.rsplit_once(':').map_or(host, |(name, _)| name),
     };
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok()
+        || host_name.is_some_and(|ours| name.eq_ignore_ascii_case(ours))
+}
+
+/// This machine's host name (`gethostname`), if it has one.
+fn host_name() -> Option<Arc<str>> {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is writable for its length; gethostname writes at most that.
+    let failed = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } != 0;
+    let end = buffer.iter().position(|&b| b == 0)?;
+    let name = std::str::from_utf8(&buffer[..end]).ok()?;
+    (!failed && !name.is_empty()).then(|| name.into())
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -214,6 +230,7 @@ struct Bounded {
     listener: TcpListener,
     slots: Arc<Semaphore>,
     idle: Duration,
+    lifetime: Duration,
 }
 
 impl Bounded {
@@ -225,8 +242,9 @@ impl Bounded {
         loop {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
-                    let idle = Box::pin(tokio::time::sleep(self.idle));
-                    return (Connection { stream, idle, limit: self.idle, _slot: slot }, peer);
+                    let closes = Instant::now() + self.lifetime;
+                    let idle = Box::pin(tokio::time::sleep_until((Instant::now() + self.idle).min(closes)));
+                    return (Connection { stream, idle, limit: self.idle, closes, _slot: slot }, peer);
                 }
                 Err(error) => {
                     let pause = if is_of_a_peer(&error) { Duration::from_millis(50) } else { Duration::from_secs(1) };
@@ -247,26 +265,32 @@ fn is_of_a_peer(e: &io::Error) -> bool {
 }
 
 /// An accepted connection: holds its slot until it closes, and fails once it has read
-/// and written nothing for its idle limit ([`IDLE_TIMEOUT`]).
+/// and written nothing for its idle limit ([`IDLE_TIMEOUT`]) or reached its lifetime
+/// ([`MAX_LIFETIME`]).
 struct Connection {
     stream: TcpStream,
+    /// The idle deadline, never past `closes`.
     idle: Pin<Box<Sleep>>,
     limit: Duration,
+    closes: Instant,
     _slot: OwnedSemaphorePermit,
 }
 
 impl Connection {
     /// `polled`'s result, pushing the idle deadline back when it is ready; a timeout
-    /// error once the deadline passed while it was pending.
+    /// error once the deadline passed while it was pending, or the lifetime, whichever.
     fn within<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match polled {
+            Poll::Ready(_) if Instant::now() >= self.closes => {
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the connection was open too long")))
+            }
             Poll::Ready(result) => {
-                let limit = self.limit;
-                self.idle.as_mut().reset(Instant::now() + limit);
+                let deadline = (Instant::now() + self.limit).min(self.closes);
+                self.idle.as_mut().reset(deadline);
                 Poll::Ready(result)
             }
             Poll::Pending if self.idle.as_mut().poll(cx).is_ready() => {
-                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the connection was idle too long")))
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the connection was idle or open too long")))
             }
             Poll::Pending => Poll::Pending,
         }
@@ -452,7 +476,7 @@ topic = "counts"
     async fn connections_are_bounded_and_silent_ones_closed() {
         let server = Server::bind("127.0.0.1:0".parse().unwrap(), status(Metrics::new())).await.unwrap();
         let addr = server.local_addr().unwrap();
-        tokio::spawn(server.run_within(2, Duration::from_secs(2)));
+        tokio::spawn(server.run_within(2, Duration::from_secs(2), MAX_LIFETIME));
         // Two clients take every slot and never send a request: a third waits.
         let mut silent = [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
         let waiting = tokio::time::timeout(Duration::from_millis(500), request(addr, "GET", "/metrics")).await;
@@ -467,10 +491,33 @@ topic = "counts"
         }
     }
 
+    /// A client that keeps its connection busy (a request every 100 ms, answers read as
+    /// they come) is still closed at the connection's lifetime.
     #[tokio::test]
-    async fn a_loopback_server_answers_only_requests_for_its_ip_or_localhost() {
+    async fn a_busy_connection_is_closed_at_its_lifetime() {
+        let server = Server::bind("127.0.0.1:0".parse().unwrap(), status(Metrics::new())).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(server.run_within(2, Duration::from_secs(5), Duration::from_secs(1)));
+        let (mut read, mut write) = TcpStream::connect(addr).await.unwrap().into_split();
+        let started = std::time::Instant::now();
+        tokio::spawn(async move {
+            let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+            while write.write_all(request.as_bytes()).await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let mut answers = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(4), read.read_to_end(&mut answers)).await;
+        assert!(read.is_ok(), "a busy connection stayed open past its lifetime");
+        assert!(started.elapsed() >= Duration::from_millis(900), "closed after {:?}", started.elapsed());
+        assert!(String::from_utf8_lossy(&answers).matches("HTTP/1.1 200 OK").count() >= 5, "answered until then");
+    }
+
+    #[tokio::test]
+    async fn a_server_answers_only_requests_for_its_ip_localhost_or_host_name() {
         let addr = serving(Metrics::new()).await;
-        for host in ["localhost", "localhost:9464", "127.0.0.1:9464", "[::1]:9464"] {
+        let ours = host_name().map(|name| format!("{name}:9464"));
+        for host in ["localhost", "localhost:9464", "127.0.0.1:9464", "[::1]:9464"].into_iter().chain(ours.as_deref()) {
             let answer = request_for(addr, host, "GET", "/api/v1/job").await;
             assert!(answer.starts_with("HTTP/1.1 200 OK"), "Host {host}: {answer}");
         }
