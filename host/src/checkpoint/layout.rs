@@ -37,6 +37,9 @@ use super::store::Checkpoint;
 
 /// The format this build writes.
 pub const FORMAT: u32 = 2;
+/// The most key groups a job has, and so a recorded shape or offset may name: a count
+/// read back is bounded before anything is sized by it.
+pub const MAX_KEY_GROUPS: u32 = 32_768;
 
 /// The header naming the job on the changelog's checkpoint records.
 pub const CHANGELOG_JOB_HEADER: &str = "weir.job";
@@ -294,8 +297,9 @@ fn decode_shape(meta: &[u8]) -> Result<(u32, Shape), FormatError> {
         1 => Ok((1, serde_json::from_value::<MetaV1>(value).map_err(corrupt)?.shape.into())),
         2 => {
             let shape: Shape = serde_json::from_value::<MetaV2>(value).map_err(corrupt)?.shape.into();
-            if shape.key_groups == Some(0) {
-                return Err(FormatError::Corrupt { task: None, detail: "its job shape has 0 key groups".into() });
+            if let Some(count) = shape.key_groups.filter(|count| !(1..=MAX_KEY_GROUPS).contains(count)) {
+                let detail = format!("its job shape has {count} key groups, outside 1..={MAX_KEY_GROUPS}");
+                return Err(FormatError::Corrupt { task: None, detail });
             }
             Ok((2, shape))
         }
@@ -510,7 +514,7 @@ pub fn parse_shard_offset_metadata(metadata: &str) -> Option<ShardMetadata> {
             "p" => meta.partitions = Some(value.parse().ok()?),
             "shape" => meta.shape = Some(u64::from_str_radix(value, 16).ok()?),
             "by" => meta.by = Some(value.parse().ok()?),
-            "g" => meta.key_groups = Some(value.parse().ok()?),
+            "g" => meta.key_groups = Some(value.parse().ok().filter(|g| (1..=MAX_KEY_GROUPS).contains(g))?),
             _ => {}
         }
     }
@@ -599,6 +603,19 @@ mod tests {
         let meta = br#"{"format":99,"shape":{"parallelism":1,"operators":[],"source_topic":"t"}}"#;
         let error = decode(&checkpoint(meta, &[])).expect_err("refused");
         assert!(matches!(error, FormatError::Newer { found: 99 }), "{error}");
+    }
+
+    /// A count read back sizes sets and loops: one past what a job may have is damage.
+    #[test]
+    fn a_recorded_key_group_count_is_bounded() {
+        for count in [0, MAX_KEY_GROUPS + 1, u32::MAX - 3] {
+            let shape = Shape { parallelism: 1, key_groups: Some(count), operators: vec!["a".into()], source_topic: "t".into() };
+            let error = decode(&checkpoint(&encode_shape(&shape), &[])).expect_err("refused");
+            assert!(error.to_string().contains(&format!("{count} key groups")), "{error}");
+            assert_eq!(parse_shard_offset_metadata(&format!("weir:ckpt=7;g={count}")), None);
+        }
+        let most = Shape { parallelism: 1, key_groups: Some(MAX_KEY_GROUPS), operators: vec![], source_topic: "t".into() };
+        assert!(decode(&checkpoint(&encode_shape(&most), &[])).is_ok());
     }
 
     #[test]

@@ -126,7 +126,7 @@ pub use graph::{Input, Port};
 /// Largest parallelism: subtasks per operator.
 pub const MAX_PARALLELISM: u32 = 64;
 /// Largest number of key groups.
-pub const MAX_KEY_GROUPS: u32 = 32_768;
+pub use crate::checkpoint::layout::MAX_KEY_GROUPS;
 /// Checkpoint interval bounds, in milliseconds.
 pub const MIN_CHECKPOINT_INTERVAL_MS: u64 = 10;
 pub const MAX_CHECKPOINT_INTERVAL_MS: u64 = 600_000;

@@ -14,11 +14,20 @@ pub(crate) const MIN_BASE_BYTES: u64 = 16 << 10;
 /// A group with this many segments since its base gets a base at its next change,
 /// however small: a restore reads a bounded number of records per group.
 pub(crate) const MAX_SEGMENTS: u32 = 1_000;
-/// The greatest segment number a replay accepts: a few checkpoints' worth of records
-/// past `MAX_SEGMENTS` (a base waits while a checkpoint's budget for bases is spent).
-/// A greater one is no record weir wrote; its key would make the next base remove
-/// that many.
-pub(crate) const MAX_SEGMENT_SEQ: u32 = 1 << 16;
+/// The greatest segment number a replay accepts: past `MAX_SEGMENTS` a base may wait
+/// while checkpoints' budgets for bases are spent, until `FORCED_BASE_SEGMENTS`, and the
+/// round that forces it adds its own. A greater one is no record weir wrote; its key
+/// would make the next base remove that many.
+pub(crate) const MAX_SEGMENT_SEQ: u32 = 1 << 17;
+/// A group with this many segments since its base writes its base at its next change
+/// whatever a checkpoint's budget for bases says: one checkpoint's round of a group
+/// adds at most `MAX_ROUND_SEGMENTS`, so no segment number passes `MAX_SEGMENT_SEQ`.
+pub(crate) const FORCED_BASE_SEGMENTS: u32 = 8 * MAX_SEGMENTS;
+/// The most segments one round of one group fills: the largest round (twice the
+/// largest memory limit) in records of which any two together pass `RECORD_FILL_BYTES`
+/// (a record closes when the next entry would not fit).
+const MAX_ROUND_SEGMENTS: u64 = 2 * (2 * (4096 << 20)) / crate::state::packed::RECORD_FILL_BYTES as u64 + 1;
+const _: () = assert!(FORCED_BASE_SEGMENTS as u64 + MAX_ROUND_SEGMENTS < MAX_SEGMENT_SEQ as u64);
 /// Bytes of an encoded `GroupLog`; before packed keys without the base's id, fewer.
 const ENCODED_BYTES: usize = ENCODED_BYTES_1 + 4 + 1;
 const ENCODED_BYTES_1: usize = 8 + 8 + 4 + 4 + 8 + 1;
@@ -32,6 +41,11 @@ impl GroupLog {
             || self.v1_keys
             || self.segments >= MAX_SEGMENTS
             || self.segment_bytes + bytes > self.base_bytes.max(MIN_BASE_BYTES)
+    }
+
+    /// Whether its base cannot wait for a later checkpoint's budget.
+    pub(crate) fn base_forced(&self) -> bool {
+        self.segments >= FORCED_BASE_SEGMENTS
     }
 
     /// The segment keys a new base leaves to the segments after it, and those it must

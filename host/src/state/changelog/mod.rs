@@ -746,22 +746,26 @@ fn replay(
 }
 
 /// Reads every committed record of every partition, in order, until each partition's end.
+/// A partition's end is counted once: librdkafka reports it again when records come after
+/// it (a transaction's end moving the last stable offset), and two reports of one
+/// partition must not end the read of another.
 fn read_to_end(
     consumer: &BaseConsumer<Reader>,
     topic: &str,
     partitions: u32,
     mut each: impl FnMut(i32, i64, &rdkafka::message::BorrowedMessage<'_>) -> Result<(), TaskFailure>,
 ) -> Result<(), TaskFailure> {
-    let mut open = partitions as usize;
+    let mut ended = BTreeSet::new();
     // Since when nothing has been read; no clock is read per record.
     let mut quiet_since: Option<Instant> = None;
-    while open > 0 {
+    while ended.len() < partitions as usize {
         let Some(result) = consumer.poll(Duration::from_millis(100)) else {
             if quiet_since.get_or_insert_with(Instant::now).elapsed() > STALL_TIMEOUT {
                 return Err(TaskFailure::Kafka(format!(
-                    "reading the changelog topic `{topic}` made no progress for {} s ({open} of {partitions} \
+                    "reading the changelog topic `{topic}` made no progress for {} s ({} of {partitions} \
                      partitions not read to their end)",
-                    STALL_TIMEOUT.as_secs()
+                    STALL_TIMEOUT.as_secs(),
+                    partitions as usize - ended.len()
                 )));
             }
             continue;
@@ -769,7 +773,9 @@ fn read_to_end(
         quiet_since = None;
         match result {
             Ok(message) => each(message.partition(), message.offset(), &message)?,
-            Err(KafkaError::PartitionEOF(_)) => open -= 1,
+            Err(KafkaError::PartitionEOF(partition)) => {
+                ended.insert(partition);
+            }
             Err(error) => return Err(TaskFailure::Kafka(format!("reading the changelog topic `{topic}`: {error}"))),
         }
     }

@@ -26,8 +26,10 @@ use crate::state::packed::{self, BaseEnd, Kind, PackedRecord};
 
 use super::emptied::Emptied;
 
-/// Replayed entries written to the store per batch.
+/// Replayed entries written to the store per batch, or fewer once they hold
+/// `WRITE_BATCH_BYTES` of keys and values (an entry may hold a megabyte).
 const WRITE_BATCH: usize = 100_000;
+const WRITE_BATCH_BYTES: usize = 64 << 20;
 /// The most threads a replay reads with, each a consumer of its own share of the
 /// partitions (no more than the machine has cores): parsing and the store's writes are
 /// most of a replay's work, and a partition's key groups are independent of the others'.
@@ -217,6 +219,8 @@ pub(super) struct Replayed<'a> {
     /// The groups read into nothing, and what is held of them.
     emptied: Emptied,
     pending_entries: usize,
+    /// Bytes of keys and values pending.
+    pending_bytes: usize,
     /// Per (stage, group), what the changelog holds of it, for those read.
     logs: BTreeMap<(u32, u32), GroupLog>,
     bases: BTreeMap<(u32, u32), PendingBase>,
@@ -238,6 +242,7 @@ impl<'a> Replayed<'a> {
             pending: BTreeMap::new(),
             emptied,
             pending_entries: 0,
+            pending_bytes: 0,
             logs: BTreeMap::new(),
             bases: BTreeMap::new(),
             entries: 0,
@@ -364,6 +369,9 @@ impl<'a> Replayed<'a> {
         }
         if self.emptied.holds(group) {
             self.emptied.replace(stage, group, &entries);
+            if self.emptied.full() {
+                self.emptied.write(self.store).map_err(|e| Replay::Failed(e.into()))?;
+            }
         } else {
             self.flush().map_err(Replay::Failed)?;
             self.store.replace_group(stage, group, &entries).map_err(|e| Replay::Failed(e.into()))?;
@@ -404,7 +412,8 @@ impl<'a> Replayed<'a> {
         }
         self.pending.entry(stage).or_insert_with(|| StateChanges::new(stage)).push(group, key, state);
         self.pending_entries += 1;
-        if self.pending_entries >= WRITE_BATCH {
+        self.pending_bytes += key.len() + state.map_or(0, <[u8]>::len);
+        if self.pending_entries >= WRITE_BATCH || self.pending_bytes >= WRITE_BATCH_BYTES {
             self.flush()?;
         }
         Ok(())
@@ -424,7 +433,7 @@ impl<'a> Replayed<'a> {
             let stage = changes.stage;
             self.store.put_state(changes.entries().map(|(group, key, state)| (stage, group, key, state)))?;
         }
-        self.pending_entries = 0;
+        (self.pending_entries, self.pending_bytes) = (0, 0);
         self.store.put_logs(self.logs.iter().map(|(&(stage, group), log)| (stage, group, *log)))?;
         Ok(())
     }

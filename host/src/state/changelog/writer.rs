@@ -157,7 +157,7 @@ impl<'a> ChangelogWriter<'a> {
             let run_bytes: u64 = run.iter().map(|(_, key, value)| entry_bytes(key, *value)).sum();
             let log = self.logs.as_ref().and_then(|logs| logs.get(&group)).copied().unwrap_or_default();
             let in_time = bases == 0 || started.elapsed() < BASE_TIME_BUDGET;
-            let written = match log.wants_base(run_bytes) && budget > 0 && in_time {
+            let written = match log.wants_base(run_bytes) && ((budget > 0 && in_time) || log.base_forced()) {
                 true => {
                     let merged;
                     let since_store = match older.is_empty() {
