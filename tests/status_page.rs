@@ -161,6 +161,31 @@ fn weir_status_where_no_job_answers_is_a_clear_error() {
     assert!(!output.status.success());
 }
 
+/// Whatever listens at the address answers `weir status`: an answer that is no job's
+/// status is refused, and the terminal sees none of its control characters, though the
+/// parse error quotes it.
+#[test]
+fn weir_status_prints_a_hostile_answer_without_its_escapes() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request);
+        let body = r#"{"phase":"\u001b]0;owned\u0007\u001b[2J\u202e"}"#;
+        let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        stream.write_all(answer.as_bytes()).unwrap();
+    });
+    let output = job::weir().args(["status", &addr.to_string()]).output().expect("running weir status");
+    server.join().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("something other than a weir job's status"), "{stderr}");
+    assert!(stderr.contains("\\u{1b}]0;owned"), "the answer's escape is not shown as text: {stderr}");
+    assert!(!stderr.contains(['\u{1b}', '\u{7}', '\u{202e}']), "a control character reached the terminal: {stderr:?}");
+}
+
 #[test]
 fn a_restart_shows_with_the_plugins_message_and_dead_letters_are_counted() {
     let (job, input, _) = crate::engine_failures::poison_job("status-poison", true);
