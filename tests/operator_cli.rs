@@ -406,3 +406,15 @@ fn a_round_a_job_restores_restores_in_check_at_the_same_chunk_size() {
     assert!(out.contains("snapshot (1024 changed keys, 104868864 bytes): ok"), "{out}");
     assert!(out.contains("restore:  ok into a fresh instance (1024 entries)"), "{out}");
 }
+
+/// `weir check` hands records to `process` in the batches a job would (at most 1 024
+/// records and 1 MiB, passed by one record): 24 records of 900 kB, 21 MB together, pass a
+/// plugin whose memory is 16 MiB, as they do in a job, though they fit in no one call.
+#[test]
+fn check_hands_records_over_in_the_batches_a_job_would() {
+    let value = "v".repeat(900_000);
+    let lines: String = (0..24).map(|i| format!("{{\"key\": \"k{i}\", \"value\": \"{value}\"}}\n")).collect();
+    let records = scratch_file("check-batches.jsonl", lines.as_bytes());
+    let stdout = assert_passes("bad-trap", &["--memory-limit-mb", "16", "--records-file", records.to_str().unwrap()]);
+    assert!(stdout.contains("process (24 record(s) in, 24 out)"), "{stdout}");
+}

@@ -8,6 +8,13 @@ use std::fmt;
 /// Producers of batches cap them far below this (by records and bytes).
 pub const MAX_DATA_BYTES: usize = u32::MAX as usize;
 
+/// Records and bytes of keys and values one batch holds at most, the bytes bound passed
+/// by one record at most: what a source reads into a batch, and what an operator is
+/// handed in one call, in a job or by `weir check`, whatever the operator before it
+/// returned ([`Batch::piece_ends`]).
+pub const BATCH_RECORDS: usize = 1024;
+pub const BATCH_BYTES: usize = 1 << 20;
+
 /// The latest event time a record may carry: 9999-12-31T23:59:59.999Z in epoch
 /// milliseconds. Kafka refuses negative timestamps, and anything past this is
 /// a plugin's arithmetic gone wrong rather than an event.
@@ -193,9 +200,34 @@ impl Batch {
         }
     }
 
-    /// Bytes of each record's key and value, in order, however records share bytes.
-    pub(crate) fn record_sizes(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
-        self.entries.iter().map(|entry| entry.key_len as usize + entry.value_len as usize)
+    /// Where it is cut into batches within [`BATCH_RECORDS`] and [`BATCH_BYTES`], each
+    /// closed by the record that fills it: the end of each piece (one, its length, when
+    /// it is within them already). Records are measured one by one: an operator's output
+    /// may point many records at the same bytes.
+    pub fn piece_ends(&self) -> Vec<usize> {
+        let (mut ends, mut records, mut bytes) = (Vec::new(), 0, 0);
+        for (index, entry) in self.entries.iter().enumerate() {
+            records += 1;
+            bytes += entry.key_len as usize + entry.value_len as usize;
+            if records >= BATCH_RECORDS || bytes >= BATCH_BYTES {
+                ends.push(index + 1);
+                (records, bytes) = (0, 0);
+            }
+        }
+        if records > 0 {
+            ends.push(self.len());
+        }
+        ends
+    }
+
+    /// A copy of the records in `range`.
+    ///
+    /// # Panics
+    /// If `range` reaches past the batch.
+    pub fn copy_of(&self, range: std::ops::Range<usize>) -> Batch {
+        let mut piece = Batch::new();
+        range.for_each(|index| piece.push_record(self.get(index)));
+        piece
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = RecordRef<'_>> + '_ {

@@ -21,8 +21,11 @@ use weir::chunk::{RestoreChunks, StateChanges};
 
 use super::snapshot_file::{self, Image};
 
-/// Output records printed per call; the rest are counted.
+/// Output records printed of `process` (all its batches) and of `on-watermark`; the
+/// rest are counted.
 const PRINTED_RECORDS: usize = 20;
+/// Bytes of an emitted key or value printed.
+const PRINTED_BYTES: usize = 200;
 
 #[derive(Args)]
 pub(super) struct CheckArgs {
@@ -295,11 +298,12 @@ fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) -> an
     Ok(())
 }
 
-/// Calls `process` (on input `input`), `on-watermark` (to `watermark`) and one
-/// `snapshot` round, in the order a job would, so that a plugin that loops, exhausts
-/// memory or traps fails here, and its outputs and state are checked as a job checks
-/// them (one key group: check knows no job's); prints what the calls emit, and how
-/// much reached each output. Returns the round's state changes.
+/// Calls `process` (on input `input`, in batches a job would hand it: `piece_ends`),
+/// `on-watermark` (to `watermark`) and one `snapshot` round, in the order a job would,
+/// so that a plugin that loops, exhausts memory or traps fails here, and its outputs and
+/// state are checked as a job checks them (one key group: check knows no job's); prints
+/// what the calls emit, and how much reached each output. Returns the round's state
+/// changes.
 fn exercise(
     instance: &mut OperatorInstance,
     input: u32,
@@ -312,25 +316,36 @@ fn exercise(
         batch.push(record.key.as_deref(), &record.value, timestamp, &[]);
     }
     let outputs = instance.ports().outputs.clone();
-    let processed = instance.process_input(input, &batch)?;
-    print_records("process", &processed, &outputs);
+    let per_output = |emitted: Emitted| -> Vec<usize> {
+        emitted.into_outputs(outputs.len()).iter().map(Batch::len).collect()
+    };
+    let (mut processed, mut processed_len, mut shown) = (vec![0; outputs.len()], 0, 0);
+    // Without records, one empty batch.
+    let ends = Some(batch.piece_ends()).filter(|ends| !ends.is_empty()).unwrap_or_else(|| vec![0]);
+    let mut start = 0;
+    for end in ends {
+        let emitted = instance.process_input(input, &batch.copy_of(start..end))?;
+        shown += print_records("process", &emitted, &outputs, PRINTED_RECORDS - shown);
+        processed_len += emitted.len();
+        processed.iter_mut().zip(per_output(emitted)).for_each(|(sum, n)| *sum += n);
+        start = end;
+    }
+    print_more("process", processed_len - shown);
     let fired = instance.on_watermark_emitted(watermark)?;
-    print_records("on-watermark", &fired, &outputs);
+    let shown = print_records("on-watermark", &fired, &outputs, PRINTED_RECORDS);
+    print_more("on-watermark", fired.len() - shown);
     let changes = instance.snapshot_round(0, |_| Ok(0))?;
     let (keys, bytes) = changes.size();
     println!(
         "calls:    process ({} record(s) in, {} out), on-watermark ({} out), snapshot ({} \
          changed keys, {} bytes): ok",
         batch.len(),
-        processed.len(),
+        processed_len,
         fired.len(),
         keys,
         bytes
     );
-    let per_output = |emitted: Emitted| -> Vec<usize> {
-        emitted.into_outputs(outputs.len()).iter().map(Batch::len).collect()
-    };
-    let (processed, fired) = (per_output(processed), per_output(fired));
+    let fired = per_output(fired);
     let counts: Vec<String> = (0..outputs.len())
         .map(|o| {
             format!(
@@ -347,27 +362,33 @@ fn exercise(
     Ok(changes)
 }
 
-/// Prints the first records a call emitted, one line each, naming the output of each
-/// when there are several.
-fn print_records(call: &str, emitted: &Emitted, outputs: &[String]) {
-    for (index, record) in emitted.batch().iter().enumerate().take(PRINTED_RECORDS) {
-        let key = match record.key {
-            Some(key) => format!("{:?}", String::from_utf8_lossy(key)),
-            None => "(none)".to_owned(),
-        };
+/// Prints the first `room` records a call emitted, one line each, naming the output of
+/// each when there are several; returns how many it printed.
+fn print_records(call: &str, emitted: &Emitted, outputs: &[String], room: usize) -> usize {
+    for (index, record) in emitted.batch().iter().enumerate().take(room) {
+        let key = record.key.map_or_else(|| "(none)".to_owned(), shown);
         let to = if outputs.len() > 1 {
             format!(" to {}", outputs[emitted.output_of(index)])
         } else {
             String::new()
         };
-        println!(
-            "  {call} emitted: key {key} value {:?} @{}{to}",
-            String::from_utf8_lossy(record.value),
-            record.timestamp
-        );
+        println!("  {call} emitted: key {key} value {} @{}{to}", shown(record.value), record.timestamp);
     }
-    if emitted.len() > PRINTED_RECORDS {
-        println!("  {call} emitted {} more", emitted.len() - PRINTED_RECORDS);
+    emitted.len().min(room)
+}
+
+/// A key or value as a quoted string, its first `PRINTED_BYTES` only, and its length
+/// when it is longer.
+fn shown(bytes: &[u8]) -> String {
+    match bytes.len() > PRINTED_BYTES {
+        true => format!("{:?}... ({} bytes)", String::from_utf8_lossy(&bytes[..PRINTED_BYTES]), bytes.len()),
+        false => format!("{:?}", String::from_utf8_lossy(bytes)),
+    }
+}
+
+fn print_more(call: &str, more: usize) {
+    if more > 0 {
+        println!("  {call} emitted {more} more");
     }
 }
 

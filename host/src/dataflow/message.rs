@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::batch::Batch;
+use crate::batch::{BATCH_BYTES, BATCH_RECORDS, Batch};
 use crate::checkpoint::layout::{PartitionState, TaskId};
 use crate::chunk::StateChanges;
 
@@ -17,12 +17,6 @@ pub struct Origin {
     pub partition: i32,
     pub offset: i64,
 }
-
-/// Records and bytes of keys and values one batch holds at most, the bytes bound passed
-/// by one record at most: what a source reads into a batch, and what an operator is
-/// handed in one call whatever the operator before it returned.
-pub(crate) const BATCH_RECORDS: usize = 1024;
-pub(crate) const BATCH_BYTES: usize = 1 << 20;
 
 /// A batch and, when it comes straight from a source, the origin of each record.
 #[derive(Clone, Default)]
@@ -50,40 +44,22 @@ impl Records {
         self.batch.len() >= BATCH_RECORDS || self.batch.data_len() >= BATCH_BYTES
     }
 
-    /// Cut into batches within the bounds, each closed by the record that fills it; itself
-    /// when it is one already. Records are measured one by one: an operator's output may
-    /// point many records at the same bytes.
+    /// Cut into batches within a batch's bounds ([`Batch::piece_ends`]); itself when it
+    /// is one already.
     pub(crate) fn cut(self) -> Vec<Records> {
-        let ends = self.piece_ends();
+        let ends = self.batch.piece_ends();
         if ends.len() <= 1 {
             return vec![self];
         }
         let mut start = 0;
         ends.into_iter()
             .map(|end| {
-                let mut piece = Records::default();
-                (start..end).for_each(|index| piece.push_from(&self, index));
+                let origins = self.origins.get(start..end).map_or_else(Vec::new, <[Origin]>::to_vec);
+                let piece = Records { batch: self.batch.copy_of(start..end), origins };
                 start = end;
                 piece
             })
             .collect()
-    }
-
-    /// Where each piece of [`Records::cut`] ends.
-    fn piece_ends(&self) -> Vec<usize> {
-        let (mut ends, mut records, mut bytes) = (Vec::new(), 0, 0);
-        for (index, size) in self.batch.record_sizes().enumerate() {
-            records += 1;
-            bytes += size;
-            if records >= BATCH_RECORDS || bytes >= BATCH_BYTES {
-                ends.push(index + 1);
-                (records, bytes) = (0, 0);
-            }
-        }
-        if records > 0 {
-            ends.push(self.batch.len());
-        }
-        ends
     }
 }
 

@@ -16,5 +16,5 @@ pub(crate) use fanout::{Fanout, Reader};
 pub(crate) use input::{InputTopics, MAX_PARTITIONS, input_id, kafka_partition};
 pub(crate) use key_group::{KeyGroups, Shard, murmur2};
 pub use message::Origin;
-pub(crate) use message::{BATCH_BYTES, BATCH_RECORDS, DeadLetter, Event, Message, Records};
+pub(crate) use message::{DeadLetter, Event, Message, Records};
 pub(crate) use pace::Pace;

@@ -10,8 +10,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::batch::{BATCH_BYTES, BATCH_RECORDS};
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{BATCH_BYTES, BATCH_RECORDS, DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition};
+use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition};
 use crate::metrics::{Metrics, PartitionMetrics};
 
 mod bootstrap;
