@@ -460,10 +460,13 @@ fn forced_kafka_properties_are_refused_with_their_line_and_the_reason() {
         ("[source.kafka]", "group.id", "job's name"),
         ("[source.kafka]", "bootstrap.servers", "[source] brokers"),
         ("[source.kafka]", "auto.offset.reset", "never skip records"),
+        ("[source.kafka]", "topic.auto.offset.reset", "never skip records"),
         ("[source.kafka]", "enable.partition.eof", "end-of-partition"),
         ("[sink.kafka]", "transactional.id", "fences zombie"),
         ("[sink.kafka]", "enable.idempotence", "weir sets it"),
         ("[sink.kafka]", "acks", "acks=all"),
+        ("[sink.kafka]", "topic.acks", "acks=all"),
+        ("[sink.kafka]", "allow.auto.create.topics", "behind the job's back"),
     ];
     for (table, key, why) in cases {
         let text = edit(FULL, table, &format!("{table}\n\"{key}\" = \"x\""));
@@ -523,6 +526,7 @@ fn tunable_defaults_yield_to_the_job_file_in_the_built_clients() {
     assert_eq!(producer.get("delivery.report.only.error"), Some("false"));
     assert_eq!(producer.get("transaction.timeout.ms"), Some("30000"));
     assert_eq!((producer.get("acks"), producer.get("transactional.id")), (Some("all"), Some("clicks-per-user")));
+    assert_eq!(producer.get("allow.auto.create.topics"), Some("false"));
     let consumer = source(&job);
     assert_eq!(consumer.get("fetch.queue.backoff.ms"), Some("100"));
     assert_eq!(consumer.get("client.rack"), Some("r1"));

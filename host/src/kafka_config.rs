@@ -70,9 +70,12 @@ pub fn client_config(
     config
 }
 
-/// The forced property named `key`, if weir owns it.
+/// The forced property named `key`, if weir owns it. librdkafka takes a topic property
+/// under `topic.` too (a name it does not know globally loses the prefix), so
+/// `topic.auto.offset.reset` is `auto.offset.reset`.
 pub fn forced<'a>(list: &'a [Forced], key: &str) -> Option<&'a Forced> {
-    list.iter().find(|property| property.key == key)
+    let named = |key: &str| list.iter().find(|property| property.key == key);
+    named(key).or_else(|| key.strip_prefix("topic.").and_then(named))
 }
 
 #[cfg(test)]
@@ -101,5 +104,12 @@ mod tests {
         let context = Context { transactional: false, ..context };
         let config = client_config(FORCED, TUNABLES, &user, context);
         assert_eq!(config.get("transactional.id"), None);
+    }
+
+    #[test]
+    fn a_forced_topic_property_is_forced_under_its_topic_prefix_too() {
+        assert_eq!(forced(FORCED, "topic.acks").map(|f| f.key), Some("acks"));
+        assert_eq!(forced(FORCED, "acks").map(|f| f.key), Some("acks"));
+        assert!(forced(FORCED, "topic.linger.ms").is_none());
     }
 }

@@ -32,6 +32,12 @@ pub const FORCED: &[Forced] = &[
         why: "weir sets acks=all, without which a committed record can be lost",
     },
     Forced {
+        key: "allow.auto.create.topics",
+        value: Value::Fixed("false"),
+        why: "weir creates no topic behind the job's back: an output topic deleted while the job runs must \
+              stop it, not come back with the broker's default partition count",
+    },
+    Forced {
         key: "request.required.acks",
         value: Value::Fixed("all"),
         why: "it is an alias of acks; weir sets acks=all, without which a committed record can be lost",
