@@ -144,3 +144,33 @@ fn a_job_recovers_when_the_broker_is_killed_during_a_commit() {
     let restarts = job::count_in_log(&log, "restarting from the last committed checkpoint");
     eprintln!("after the broker crash: {restarts} in-process restarts, {hung} exits on a hung commit");
 }
+
+/// A sink on another cluster than the sources: exactly-once commits the input offsets in
+/// the sink's transactions, on the sink's cluster, where a restart (reading them on the
+/// sources' cluster) would not find them and start over. The job refuses to start,
+/// naming both clusters, and writes nothing.
+#[test]
+fn an_exactly_once_sink_on_another_cluster_than_its_sources_is_refused() {
+    let _alone = one_at_a_time();
+    let shared = support::brokers();
+    let job = job::job_dir("other-cluster");
+    support::create_topic(&job.input, PARTITIONS);
+    support::produce(&job.input, &Clicks::new(17, PARTITIONS, 20).take(200));
+    let _broker = PrivateBroker::start();
+    support::create_topic(&job.output, PARTITIONS);
+    job.window_count(1, 200, WINDOW_MS as u64, "");
+    let text = std::fs::read_to_string(job.path()).unwrap();
+    let text = text.replacen(&format!("brokers = \"{}\"", support::brokers()), &format!("brokers = \"{shared}\""), 1);
+    std::fs::write(job.path(), text).unwrap();
+
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let status = job::wait(&mut child, Duration::from_secs(60)).unwrap_or_else(|| {
+        job::kill(&mut child);
+        panic!("weir ran with its sink on another cluster:\n{}", job::read_log(&log))
+    });
+    let text = job::read_log(&log);
+    assert!(!status.success(), "{text}");
+    assert!(text.contains("are Kafka cluster") && text.contains("the sources' are cluster"), "unclear error:\n{text}");
+    assert!(support::read_to_end(&job.output, PARTITIONS, Isolation::ReadUncommitted).is_empty(), "it wrote output");
+}

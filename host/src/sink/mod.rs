@@ -258,6 +258,13 @@ pub(crate) enum SinkError {
          message.max.bytes to it under [sink.kafka] ([producer.kafka] in the graph form)"
     )]
     RefusedTooLarge { topic: String, bytes: usize },
+    #[error(
+        "the sink's brokers {brokers} are Kafka cluster {sink}, the sources' are cluster {sources}: an \
+         exactly-once job commits its input offsets in the sink's transactions, which keep them on the \
+         sink's cluster, where a restart would not find them. Write to the cluster the job reads, or run \
+         the job at-least-once (delivery = \"at-least-once\")"
+    )]
+    OtherCluster { brokers: String, sink: String, sources: String },
 }
 
 /// Fencing is the one sink failure a restart cannot cure: restarting would fence the
@@ -267,7 +274,10 @@ impl From<SinkError> for TaskFailure {
         match error {
             SinkError::Fenced { .. } => TaskFailure::Fenced(error.to_string()),
             SinkError::StaleMember { .. } | SinkError::NotMember => TaskFailure::LeftGroup(error.to_string()),
-            SinkError::MissingTopic { .. } | SinkError::RecordTooLarge { .. } | SinkError::RefusedTooLarge { .. } => {
+            SinkError::MissingTopic { .. }
+            | SinkError::RecordTooLarge { .. }
+            | SinkError::RefusedTooLarge { .. }
+            | SinkError::OtherCluster { .. } => {
                 TaskFailure::Incompatible(error.to_string())
             }
             other => TaskFailure::Sink(other.to_string()),
@@ -310,6 +320,9 @@ impl Sink {
     pub(crate) fn connect(config: &SinkConfig<'_>, offsets: BaseConsumer, shard: Option<ShardSink>) -> Result<Sink, SinkError> {
         let init = (config.delivery == Delivery::ExactlyOnce).then_some("init_transactions");
         let producer = start_producer(config, config.transactional_id, init, true)?;
+        if config.delivery == Delivery::ExactlyOnce {
+            same_cluster(&producer, &offsets, config.brokers)?;
+        }
         let kafka = |doing, source| SinkError::Kafka { topic: config.topics.join(", "), doing, source };
         let group = offsets.group_metadata().ok_or_else(|| {
             kafka("reading the consumer group metadata", KafkaError::Subscription("no group".into()))
@@ -576,6 +589,20 @@ impl Sink {
         }
     }
 
+}
+
+/// How long each client may take to name its cluster.
+const CLUSTER_ID_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An error if the producer writes to another cluster than the one the job's consumer
+/// group (`offsets`) is on. A cluster that does not say its id is taken for the same.
+fn same_cluster(producer: &ThreadedProducer<SinkContext>, offsets: &BaseConsumer, brokers: &str) -> Result<(), SinkError> {
+    let sink = producer.client().fetch_cluster_id(CLUSTER_ID_TIMEOUT);
+    let sources = offsets.client().fetch_cluster_id(CLUSTER_ID_TIMEOUT);
+    match (sink, sources) {
+        (Some(sink), Some(sources)) if sink != sources => Err(SinkError::OtherCluster { brokers: brokers.to_owned(), sink, sources }),
+        _ => Ok(()),
+    }
 }
 
 /// The key, value and headers of a record the producer reports on.
