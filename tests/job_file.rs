@@ -582,6 +582,15 @@ fn checkpoint_interval_must_fit_in_the_transaction_timeout() {
     assert_eq!(parse(&text).unwrap().checkpoint_interval_ms, 45000);
 }
 
+/// A call that outlives the transaction has the broker abort it, which fences the job.
+#[test]
+fn a_calls_deadline_must_fit_in_the_transaction_timeout() {
+    let text = edit(FULL, "call_timeout_ms = 500", "call_timeout_ms = 20000");
+    assert_contains(&error_of(&text), &["operator `count` has call_timeout_ms = 20000", "transaction.timeout.ms (30000)"]);
+    let text = edit(&text, r#""transaction.timeout.ms" = 30000"#, r#""transaction.timeout.ms" = 40000"#);
+    assert_eq!(parse(&text).unwrap().operators[1].call_timeout_ms, 20000);
+}
+
 #[test]
 fn reading_back_the_source_topic_is_refused() {
     let text = edit(FULL, r#"topic = "counts""#, r#"topic = "clicks""#);

@@ -41,7 +41,8 @@
 //! plugin = "plugins/window-count.wasm"   # relative to this file's directory
 //! key_by = true                   # route records to subtasks by key (default false)
 //! memory_limit_mb = 64            # the plugin's linear memory cap, 1..=4096
-//! call_timeout_ms = 1000          # the deadline of one call into the plugin, 1..=600000
+//! call_timeout_ms = 1000          # the deadline of one call into the plugin, 1..=600000, and
+//!                                 # exactly-once, at most half the sink's transaction.timeout.ms
 //!                                 # (plus 8 ms per MiB held and 32 per MiB grown)
 //! max_output_records = 1000000    # records one call may return, 1..=100000000
 //! max_output_mb = 64              # MiB of keys, values and headers one call may return, counted
@@ -456,6 +457,20 @@ pub enum JobErrorKind {
         timeout_ms: u64,
         defaulted: bool,
     },
+    #[error(
+        "operator `{operator}` has call_timeout_ms = {call_ms}, more than half the sink's \
+         transaction.timeout.ms ({timeout_ms}{default}): a call that long holds the checkpoint's \
+         transaction open until the broker aborts it, which fences the job for good; lower \
+         call_timeout_ms or raise [sink.kafka] \"transaction.timeout.ms\" (the broker allows up to its \
+         transaction.max.timeout.ms, 15 minutes unless set)",
+        default = if *.defaulted { ", librdkafka's default" } else { "" }
+    )]
+    CallTimeoutTooLong {
+        operator: String,
+        call_ms: u64,
+        timeout_ms: u64,
+        defaulted: bool,
+    },
     #[error("{what} is `{topic}`, a topic the job reads: {why}; use another topic")]
     TopicLoop {
         what: &'static str,
@@ -578,6 +593,10 @@ fn parse_at(text: &str, base: &Path) -> Result<Job, JobErrorKind> {
                 timeout_ms,
                 defaulted,
             });
+        }
+        if let Some(op) = job.operators.iter().find(|op| op.call_timeout_ms > timeout_ms / 2) {
+            let (operator, call_ms) = (op.name.clone(), op.call_timeout_ms);
+            return Err(JobErrorKind::CallTimeoutTooLong { operator, call_ms, timeout_ms, defaulted });
         }
     }
 
