@@ -8,8 +8,8 @@ use std::fmt;
 /// Producers of batches cap them far below this (by records and bytes).
 pub const MAX_DATA_BYTES: usize = u32::MAX as usize;
 
-/// Records and bytes of keys and values one batch holds at most, the bytes bound passed
-/// by one record at most: what a source reads into a batch, and what an operator is
+/// Records and bytes ([`Batch::bytes`]: keys, values and headers) one batch holds at
+/// most, the bytes bound passed by one record at most: what a source reads into a batch, and what an operator is
 /// handed in one call, in a job or by `weir check`, whatever the operator before it
 /// returned ([`Batch::piece_ends`]).
 pub const BATCH_RECORDS: usize = 1024;
@@ -40,6 +40,17 @@ pub struct Batch {
     entries: Vec<Entry>,
     /// Sorted by `entry` (stable: a record's headers keep their order).
     headers: Vec<Header>,
+    /// What `headers` holds, counted as [`header_bytes`] counts.
+    header_bytes: usize,
+}
+
+/// What a header holds in a batch beyond its name and value: its entry and two owned
+/// buffers. Counted toward a batch's bounds, so that records of many empty headers
+/// fill a batch as their size on the host says.
+const HEADER_OVERHEAD_BYTES: usize = 64;
+
+fn header_bytes(name: &str, value: &[u8]) -> usize {
+    name.len() + value.len() + HEADER_OVERHEAD_BYTES
 }
 
 /// Where one record's parts lie in its batch's `data`.
@@ -114,6 +125,7 @@ impl Batch {
             data: Vec::with_capacity(data_bytes),
             entries: Vec::with_capacity(records),
             headers: Vec::new(),
+            header_bytes: 0,
         }
     }
 
@@ -157,6 +169,7 @@ impl Batch {
             value_len: value.len() as u32,
             timestamp,
         });
+        self.header_bytes += headers.iter().map(|(name, value)| header_bytes(name, value)).sum::<usize>();
         self.headers
             .extend(headers.iter().map(|(name, value)| Header {
                 entry: index,
@@ -179,9 +192,15 @@ impl Batch {
         self.entries.is_empty()
     }
 
-    /// Bytes of keys and values held, the measure producers cap batches by.
+    /// Bytes of keys and values held.
     pub fn data_len(&self) -> usize {
         self.data.len()
+    }
+
+    /// Bytes held: keys and values, and headers with what each costs beyond its name and
+    /// value. The measure of [`BATCH_BYTES`].
+    pub fn bytes(&self) -> usize {
+        self.data.len() + self.header_bytes
     }
 
     /// Record `index`.
@@ -206,9 +225,13 @@ impl Batch {
     /// may point many records at the same bytes.
     pub fn piece_ends(&self) -> Vec<usize> {
         let (mut ends, mut records, mut bytes) = (Vec::new(), 0, 0);
+        let mut headers = self.headers.iter().peekable();
         for (index, entry) in self.entries.iter().enumerate() {
             records += 1;
             bytes += entry.key_len as usize + entry.value_len as usize;
+            while let Some(header) = headers.next_if(|h| h.entry as usize == index) {
+                bytes += header_bytes(&header.name, &header.value);
+            }
             if records >= BATCH_RECORDS || bytes >= BATCH_BYTES {
                 ends.push(index + 1);
                 (records, bytes) = (0, 0);
@@ -239,6 +262,7 @@ impl Batch {
         self.data.clear();
         self.entries.clear();
         self.headers.clear();
+        self.header_bytes = 0;
     }
 
     /// The packed parts, for handing the batch to a plugin.
@@ -293,10 +317,12 @@ impl Batch {
         if !headers.is_sorted_by_key(|h| h.entry) {
             headers.sort_by_key(|h| h.entry);
         }
+        let header_bytes = headers.iter().map(|h| header_bytes(&h.name, &h.value)).sum();
         Ok(Self {
             data,
             entries,
             headers,
+            header_bytes,
         })
     }
 

@@ -41,7 +41,7 @@ impl Records {
 
     /// Whether it reached a bound of a batch.
     pub(crate) fn is_full(&self) -> bool {
-        self.batch.len() >= BATCH_RECORDS || self.batch.data_len() >= BATCH_BYTES
+        self.batch.len() >= BATCH_RECORDS || self.batch.bytes() >= BATCH_BYTES
     }
 
     /// Cut into batches within a batch's bounds ([`Batch::piece_ends`]); itself when it
@@ -130,6 +130,18 @@ mod tests {
         let mut big = Records::default();
         (0..5).for_each(|_| big.batch.push(None, &vec![0; 400 << 10], 0, &[]));
         assert_eq!(sizes(&big.cut()), [3, 2], "a piece closes with the record that fills it");
+    }
+
+    /// Headers count toward the bytes: 1 024 records of no key or value but 2 000
+    /// headers each hold far more than a megabyte on the host.
+    #[test]
+    fn headers_count_toward_a_batchs_bytes() {
+        let headers: Vec<(&str, &[u8])> = vec![("h", b""); 2_000];
+        let mut records = Records::default();
+        (0..20).for_each(|_| records.batch.push(None, b"", 0, &headers));
+        assert!(records.is_full(), "{} bytes", records.batch.bytes());
+        let sizes = sizes(&records.cut());
+        assert!(sizes.len() > 1 && sizes.iter().all(|&n| n <= 10), "{sizes:?}");
     }
 
     /// An operator's output may point every record at the same bytes: its data is small,

@@ -231,7 +231,7 @@ impl SourceTask {
         let fetched = self.fetcher.fetch(wait, max);
         let mut read = 0;
         for message in fetched.iter().take(max) {
-            if records.batch.data_len() >= BATCH_BYTES {
+            if records.batch.bytes() >= BATCH_BYTES {
                 break;
             }
             if let Some(error) = message.error() {
