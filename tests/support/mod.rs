@@ -173,6 +173,15 @@ pub fn produce(topic: &str, records: &[(i32, Vec<u8>, Vec<u8>, i64)]) {
     producer.flush(WAIT).expect("flush");
 }
 
+/// One record without a key (not an empty one) to `partition`, at event time 2 000.
+pub fn produce_keyless(topic: &str, partition: i32, value: &[u8]) {
+    use rdkafka::producer::BaseRecord;
+    let producer = input_producer();
+    let record = BaseRecord::<(), [u8]>::to(topic).partition(partition).payload(value).timestamp(2_000);
+    producer.send(record).map_err(|(error, _)| error).expect("send a keyless record");
+    producer.flush(WAIT).expect("flush");
+}
+
 /// A transaction-free idempotent producer for test input.
 pub fn input_producer() -> BaseProducer {
     ClientConfig::new()

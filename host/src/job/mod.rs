@@ -131,8 +131,7 @@ pub use crate::checkpoint::layout::MAX_KEY_GROUPS;
 /// Checkpoint interval bounds, in milliseconds.
 pub const MIN_CHECKPOINT_INTERVAL_MS: u64 = 10;
 pub const MAX_CHECKPOINT_INTERVAL_MS: u64 = 600_000;
-/// librdkafka's `transaction.timeout.ms` when `[sink.kafka]` does not set it.
-pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+pub use crate::sink::config::DEFAULT_TRANSACTION_TIMEOUT_MS;
 /// Largest allowed out-of-orderness: 7 days.
 pub const MAX_OUT_OF_ORDERNESS_MS: u64 = 7 * 24 * 3600 * 1000;
 /// `[source] idle_timeout_ms` bounds: idleness is checked about once a second, and a

@@ -54,6 +54,16 @@ pub const TUNABLES: &[Tunable] = &[
     Tunable { key: "delivery.report.only.error", value: "true" },
 ];
 
+/// librdkafka's `transaction.timeout.ms` when `[sink.kafka]` does not set it.
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+
+/// The producer's transaction timeout: `extra`'s, else librdkafka's default (a job
+/// file's value is checked to be a number when it is read).
+pub(crate) fn transaction_timeout(extra: &BTreeMap<String, String>) -> std::time::Duration {
+    let ms = extra.get("transaction.timeout.ms").and_then(|v| v.trim().parse().ok());
+    std::time::Duration::from_millis(ms.unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS))
+}
+
 /// The producer's configuration for the job named `job`.
 pub fn client_config(job: &str, brokers: &str, transactional: bool, extra: &BTreeMap<String, String>) -> ClientConfig {
     let context = Context { brokers, job, transactional };

@@ -47,9 +47,38 @@ pub(crate) enum Delivery {
 pub(crate) struct SinkContext {
     failed: AtomicU64,
     first_failure: Mutex<Option<String>>,
-    /// The first record the broker refused as too large, by topic and size: a restart
-    /// would send it again.
-    refused_too_large: Mutex<Option<(String, usize)>>,
+    /// The first record the broker refused for what it is (`refusal`): a restart would
+    /// send it again.
+    refused: Mutex<Option<Refused>>,
+}
+
+/// A record the broker refused for what it is, as a delivery reported it.
+#[derive(Clone, Debug)]
+struct Refused {
+    topic: String,
+    bytes: usize,
+    code: RDKafkaErrorCode,
+}
+
+/// Why the broker refuses a record every time it is sent, if it does: what the error
+/// says of the record, and what to change.
+fn refusal(code: RDKafkaErrorCode) -> Option<&'static str> {
+    match code {
+        RDKafkaErrorCode::InvalidRecord => Some(
+            "the topic does not take it (a compacted topic takes only records with a key): have the \
+             operator give every record a key, or write to a topic that takes it",
+        ),
+        RDKafkaErrorCode::InvalidTimestamp => Some(
+            "its timestamp is further from the broker's clock than the topic takes \
+             (message.timestamp.before.max.ms / message.timestamp.after.max.ms): have the operator emit \
+             event times near now, or raise those settings of the topic",
+        ),
+        RDKafkaErrorCode::TopicAuthorizationFailed => Some(
+            "the job's principal may not write the topic: grant it Write on the topic (and the \
+             transactional id), or write to another",
+        ),
+        _ => None,
+    }
 }
 
 /// What librdkafka says while `init_transactions` waits for the broker to finish
@@ -81,9 +110,11 @@ impl ProducerContext for SinkContext {
             self.failed.fetch_add(1, Ordering::Relaxed);
             let mut first = self.first_failure.lock().expect("delivery failure lock");
             first.get_or_insert_with(|| error.to_string());
-            if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
-                let mut refused = self.refused_too_large.lock().expect("delivery failure lock");
-                refused.get_or_insert_with(|| (message.topic().to_owned(), message_bytes(message)));
+            if let Some(code) = error.rdkafka_error_code()
+                && (code == RDKafkaErrorCode::MessageSizeTooLarge || refusal(code).is_some())
+            {
+                let mut refused = self.refused.lock().expect("delivery failure lock");
+                refused.get_or_insert_with(|| Refused { topic: message.topic().to_owned(), bytes: message_bytes(message), code });
             }
         }
     }
@@ -123,6 +154,9 @@ pub(crate) struct Sink {
     /// the group has given to others.
     member_id: Option<String>,
     transactional_id: String,
+    /// When the open transaction began, and how long the broker lets one stay open.
+    began: Mutex<Instant>,
+    transaction_timeout: Duration,
 }
 
 /// A scaled-out process's membership of the job's group as it stands: its group
@@ -224,8 +258,11 @@ fn check_topics_exist(metadata: &rdkafka::metadata::Metadata, config: &SinkConfi
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SinkError {
-    #[error("another weir instance with transactional.id `{transactional_id}` took over and fenced this one: {source}")]
-    Fenced { transactional_id: String, source: KafkaError },
+    #[error(
+        "another weir instance with transactional.id `{transactional_id}` took over and fenced this one{}: {source}",
+        aborted_note(*.open_past_timeout)
+    )]
+    Fenced { transactional_id: String, source: KafkaError, open_past_timeout: Option<Duration> },
     #[error("this process's membership of the job's consumer group is stale (the group moved its partitions): {source}")]
     StaleMember { source: KafkaError },
     #[error("this process is not a member of the job's consumer group any more: its partitions are others'")]
@@ -259,6 +296,11 @@ pub(crate) enum SinkError {
     )]
     RefusedTooLarge { topic: String, bytes: usize },
     #[error(
+        "the broker refused a record for topic `{topic}` ({bytes} bytes of key, value and headers) with \
+         \"{code}\", and would again after a restart: {why}"
+    )]
+    Refused { topic: String, bytes: usize, code: RDKafkaErrorCode, why: &'static str },
+    #[error(
         "the sink's brokers {brokers} are Kafka cluster {sink}, the sources' are cluster {sources}: an \
          exactly-once job commits its input offsets in the sink's transactions, which keep them on the \
          sink's cluster, where a restart would not find them. Write to the cluster the job reads, or run \
@@ -277,6 +319,7 @@ impl From<SinkError> for TaskFailure {
             SinkError::MissingTopic { .. }
             | SinkError::RecordTooLarge { .. }
             | SinkError::RefusedTooLarge { .. }
+            | SinkError::Refused { .. }
             | SinkError::OtherCluster { .. } => {
                 TaskFailure::Incompatible(error.to_string())
             }
@@ -339,6 +382,8 @@ impl Sink {
             member_id: shard.as_ref().map(|shard| current_member(shard).map(|(_, id)| id)).transpose()?,
             shard,
             transactional_id: config.transactional_id.to_string(),
+            began: Mutex::new(Instant::now()),
+            transaction_timeout: config::transaction_timeout(config.extra),
         })
     }
 
@@ -351,6 +396,7 @@ impl Sink {
 
     pub(crate) fn begin(&self) -> Result<(), SinkError> {
         if self.delivery == Delivery::ExactlyOnce {
+            *self.began.lock().expect("lock") = Instant::now();
             self.producer.begin_transaction().map_err(|e| self.error("begin_transaction", e))?;
         }
         Ok(())
@@ -563,12 +609,13 @@ impl Sink {
         }
     }
 
-    /// An error if the broker refused a record as too large since the producer started.
+    /// An error if the broker refused a record for what it is since the producer started.
     fn refused(&self) -> Result<(), SinkError> {
-        let refused = self.producer.context().refused_too_large.lock().expect("lock").clone();
-        match refused {
-            Some((topic, bytes)) => Err(SinkError::RefusedTooLarge { topic, bytes }),
-            None => Ok(()),
+        let refused = self.producer.context().refused.lock().expect("lock").clone();
+        let Some(Refused { topic, bytes, code }) = refused else { return Ok(()) };
+        match refusal(code) {
+            Some(why) => Err(SinkError::Refused { topic, bytes, code, why }),
+            None => Err(SinkError::RefusedTooLarge { topic, bytes }),
         }
     }
 
@@ -581,7 +628,9 @@ impl Sink {
         let fenced = is_fencing(&source)
             || self.producer.client().fatal_error().is_some_and(|(code, _)| is_fencing_code(code));
         if fenced {
-            SinkError::Fenced { transactional_id: self.transactional_id.clone(), source }
+            let open_for = self.began.lock().expect("lock").elapsed();
+            let open_past_timeout = (open_for > self.transaction_timeout).then_some(open_for);
+            SinkError::Fenced { transactional_id: self.transactional_id.clone(), source, open_past_timeout }
         } else if self.shard.is_some() && error_code(&source).is_some_and(is_stale_member_code) {
             SinkError::StaleMember { source }
         } else {
@@ -589,6 +638,20 @@ impl Sink {
         }
     }
 
+}
+
+/// What a fencing error may mean besides another instance when the transaction was open
+/// past its timeout: the broker aborts such a transaction and fences its producer.
+fn aborted_note(open_past_timeout: Option<Duration>) -> String {
+    match open_past_timeout {
+        Some(open) => format!(
+            " (or the broker aborted this instance's transaction, open {} s, past the producer's \
+             transaction.timeout.ms: something held a checkpoint that long; raise transaction.timeout.ms \
+             under [sink.kafka] if it may)",
+            open.as_secs()
+        ),
+        None => String::new(),
+    }
 }
 
 /// How long each client may take to name its cluster.
