@@ -313,6 +313,76 @@ fn a_record_larger_than_its_topic_takes_stops_the_job_saying_so() {
     assert_eq!(committed.len(), input.len(), "the records before it are committed, the checkpoint holding it is not");
 }
 
+/// A record a topic never takes (no key, for a compacted topic) stops the job at once,
+/// naming the topic and what to change, instead of restarting into the same refusal.
+#[test]
+fn a_record_its_topic_refuses_stops_the_job_saying_why() {
+    let job = job::job_dir("record-invalid");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic_with(&job.output, PARTITIONS, &[("cleanup.policy", "compact")]);
+    job.one_operator(2, 200, ("passthrough", &support::plugin("bad-trap"), false), "", "");
+    let input: Vec<clicks::Input> =
+        (0..100).map(|i| (i % PARTITIONS, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000)).collect();
+    support::produce(&job.input, &input);
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
+    support::produce_keyless(&job.input, 0, b"no key");
+    let status = job::wait(&mut child, Duration::from_secs(60)).unwrap_or_else(|| {
+        job::kill(&mut child);
+        panic!("weir went on after the broker refused the record:\n{}", job::read_log(&log))
+    });
+    let text = job::read_log(&log);
+    assert!(!status.success(), "{text}");
+    let refused = format!("the broker refused a record for topic `{}`", job.output);
+    assert!(text.contains(&refused) && text.contains("only records with a key"), "unclear error:\n{text}");
+    assert_eq!(text.matches("attempt failed").count(), 0, "a restart cannot cure it:\n{text}");
+    assert_eq!(support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted).len(), input.len());
+}
+
+/// Partitions added to the input between runs are read from their start, even with
+/// `start = "latest"` (which holds only for a job's first run): their records all came
+/// after the job's, and skipping them lost them.
+#[test]
+fn partitions_added_between_runs_are_read_from_their_start() {
+    let job = job::job_dir("added-partitions");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.one_operator(1, 200, ("passthrough", &support::plugin("bad-trap"), false), "", "");
+    let text = std::fs::read_to_string(job.path()).unwrap();
+    let topic = format!("topic = \"{}\"", job.input);
+    std::fs::write(job.path(), text.replacen(&topic, &format!("{topic}\nstart = \"latest\""), 1)).unwrap();
+    let records = |partitions: i32, from: usize| -> Vec<clicks::Input> {
+        (from..from + 100).map(|i| (i as i32 % partitions, format!("k{i}").into_bytes(), format!("r{i}").into_bytes(), 1_000)).collect()
+    };
+
+    let log = log_of(&job, "weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    job::wait_for_log(&log, "recovered; running", Duration::from_secs(60));
+    let mut input = records(PARTITIONS, 0);
+    support::produce(&job.input, &input);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+
+    support::add_partitions(&job.input, 2 * PARTITIONS as usize);
+    let added = records(2 * PARTITIONS, 100);
+    support::produce(&job.input, &added);
+    input.extend(added);
+    let mut child = job::start(&job.path(), &log, &[]);
+    let arrived = tail.until(input.len(), Duration::from_secs(60));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = input.into_iter().map(|(_, key, value, _)| (key, value)).collect();
+    let mut actual: Vec<(Vec<u8>, Vec<u8>)> = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted)
+        .into_iter()
+        .map(|(_, key, value)| (key.unwrap(), value))
+        .collect();
+    expected.sort();
+    actual.sort();
+    assert!(arrived && actual == expected, "{} of {} records committed:\n{}", actual.len(), expected.len(), job::read_log(&log));
+}
+
 /// An operator's output reaches the next operator in batches of the size a source
 /// reads: one input record that becomes 30 MB of records upstream is not handed whole
 /// to a downstream operator whose memory is 16 MiB (which then ran out of memory, was

@@ -764,7 +764,9 @@ fn checkpoint_here(job: &Job, store: &CheckpointStore, n: u64, committed: &BTree
 
 /// Each source task's partitions, at the committed offset or, for a partition that
 /// has none, at its source's start position resolved to a real offset (a table's is
-/// its start). `partitions` and `committed` are by input id; each source's partitions
+/// its start). Once the job has committed offsets, a partition without one was added
+/// since (every checkpoint commits every partition read): it is read from its start,
+/// whatever `start` says, as its records all came after the job's. `partitions` and `committed` are by input id; each source's partitions
 /// are spread over its `parallelism` tasks.
 fn start_offsets(
     job: &Job,
@@ -789,6 +791,10 @@ fn start_offsets(
                     .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of {topic}/{partition}: {e}")))?;
                 match spec.start {
                     _ if spec.table => low,
+                    _ if !committed.is_empty() => {
+                        tracing::info!(topic, partition, "a partition added since the job's last checkpoint: read from its start");
+                        low
+                    }
                     job::Start::Earliest => low,
                     job::Start::Latest => high,
                 }
