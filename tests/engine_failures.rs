@@ -248,97 +248,88 @@ pub(crate) fn poison_job(prefix: &str, dead_letter: bool) -> (JobDir, Vec<clicks
     (job, input, dlq)
 }
 
-/// An operator that emits a record larger than the producer takes (2 MB against
-/// librdkafka's 1 MB): the job stops at once (a restart would meet the record again),
-/// saying how big the record was, for which topic, and what to change; it commits
-/// nothing of the checkpoint that held it.
-#[test]
-fn a_record_larger_than_the_producer_takes_stops_the_job_saying_so() {
-    let job = job::job_dir("record-too-large");
+/// Runs a pass-through job of operator `(name, plugin)` with `config` until 100
+/// ordinary records are committed, then has `trigger` write the input record that makes
+/// it emit one the sink cannot write: the job must stop at once (a restart would meet the
+/// record again) without a restart, the records before committed and nothing of the
+/// checkpoint that held it. `output` configures the output topic. Returns the job's log
+/// and its output topic.
+fn refused_record_stops_the_job(
+    prefix: &str,
+    output: &[(&str, &str)],
+    (name, plugin, config): (&str, &str, &str),
+    trigger: impl FnOnce(&str),
+) -> (String, String) {
+    let job = job::job_dir(prefix);
     support::create_topic(&job.input, PARTITIONS);
-    support::create_topic(&job.output, PARTITIONS);
-    let config = "[operators.config]\nbytes = \"2000000\"\ncopies = \"1\"\n";
-    job.one_operator(2, 200, ("big", &support::plugin("bad-output"), false), config, "");
-    let input: Vec<clicks::Input> =
-        (0..100).map(|i| (i % PARTITIONS, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000)).collect();
-    support::produce(&job.input, &input);
-    let log = log_of(&job, "weir.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
-    support::produce(&job.input, &[(0, b"k".to_vec(), b"amplify".to_vec(), 2_000)]);
+    support::create_topic_with(&job.output, PARTITIONS, output);
+    job.one_operator(2, 200, (name, &support::plugin(plugin), false), config, "");
+    let (input, log, mut child, _) = hundred_committed(&job);
+    trigger(&job.input);
     let status = job::wait(&mut child, Duration::from_secs(60)).unwrap_or_else(|| {
         job::kill(&mut child);
         panic!("weir went on after the record was refused:\n{}", job::read_log(&log))
     });
     let text = job::read_log(&log);
     assert!(!status.success(), "{text}");
-    let refused = format!("a record for topic `{}` with 2000000 bytes of key, value and headers", job.output);
-    assert!(text.contains(&refused) && text.contains("message.max.bytes"), "unclear error:\n{text}");
     assert_eq!(text.matches("attempt failed").count(), 0, "a restart cannot cure it:\n{text}");
     let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
-    assert!(committed.iter().all(|(_, _, value)| value.len() < 1_000), "an oversized record was committed");
+    assert!(committed.iter().all(|(_, _, value)| value.len() < 1_000), "a refused record was committed");
     assert_eq!(committed.len(), input.len(), "the records before it are committed, the checkpoint holding it is not");
+    (text, job.output.clone())
+}
+
+/// Starts `job` over 100 ordinary records and waits until they are committed, for a
+/// test of one odd record after them. Returns the records, the log, the running process
+/// and a reader of the output that has read them.
+fn hundred_committed(job: &JobDir) -> (Vec<clicks::Input>, std::path::PathBuf, std::process::Child, Tail) {
+    let input: Vec<clicks::Input> =
+        (0..100).map(|i| (i % PARTITIONS, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000)).collect();
+    support::produce(&job.input, &input);
+    let log = log_of(job, "weir.log");
+    let child = job::start(&job.path(), &log, &[]);
+    let mut tail = Tail::new(&job.output, PARTITIONS);
+    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
+    (input, log, child, tail)
+}
+
+/// Has the bad-output plugin emit one record of the size its config says.
+fn amplify(input: &str) {
+    support::produce(input, &[(0, b"k".to_vec(), b"amplify".to_vec(), 2_000)]);
+}
+
+/// An operator that emits a record larger than the producer takes (2 MB against
+/// librdkafka's 1 MB): the job says how big the record was, for which topic, and what
+/// to change.
+#[test]
+fn a_record_larger_than_the_producer_takes_stops_the_job_saying_so() {
+    let config = "[operators.config]\nbytes = \"2000000\"\ncopies = \"1\"\n";
+    let (text, topic) = refused_record_stops_the_job("record-too-large", &[], ("big", "bad-output", config), amplify);
+    let refused = format!("a record for topic `{topic}` with 2000000 bytes of key, value and headers");
+    assert!(text.contains(&refused) && text.contains("message.max.bytes"), "unclear error:\n{text}");
 }
 
 /// The same with a record the producer takes but the broker refuses: the output topic's
-/// max.message.bytes (200 kB) is below the 500 kB record. The job stops at once, naming
-/// the topic and what to raise, instead of restarting into the same refusal.
+/// max.message.bytes (200 kB) is below the 500 kB record. The job names the topic and
+/// what to raise.
 #[test]
 fn a_record_larger_than_its_topic_takes_stops_the_job_saying_so() {
-    let job = job::job_dir("record-refused");
-    support::create_topic(&job.input, PARTITIONS);
-    support::create_topic_with(&job.output, PARTITIONS, &[("max.message.bytes", "200000")]);
     let config = "[operators.config]\nbytes = \"500000\"\ncopies = \"1\"\n";
-    job.one_operator(2, 200, ("big", &support::plugin("bad-output"), false), config, "");
-    let input: Vec<clicks::Input> =
-        (0..100).map(|i| (i % PARTITIONS, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000)).collect();
-    support::produce(&job.input, &input);
-    let log = log_of(&job, "weir.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
-    support::produce(&job.input, &[(0, b"k".to_vec(), b"amplify".to_vec(), 2_000)]);
-    let status = job::wait(&mut child, Duration::from_secs(60)).unwrap_or_else(|| {
-        job::kill(&mut child);
-        panic!("weir went on after the broker refused the record:\n{}", job::read_log(&log))
-    });
-    let text = job::read_log(&log);
-    assert!(!status.success(), "{text}");
-    let refused = format!("the broker refused records for topic `{}` as too large (one of them: 500000 bytes", job.output);
+    let topic_limit = [("max.message.bytes", "200000")];
+    let (text, topic) = refused_record_stops_the_job("record-refused", &topic_limit, ("big", "bad-output", config), amplify);
+    let refused = format!("the broker refused records for topic `{topic}` as too large (one of them: 500000 bytes");
     assert!(text.contains(&refused) && text.contains("max.message.bytes=N"), "unclear error:\n{text}");
-    assert_eq!(text.matches("attempt failed").count(), 0, "a restart cannot cure it:\n{text}");
-    let committed = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted);
-    assert!(committed.iter().all(|(_, _, value)| value.len() < 1_000), "an oversized record was committed");
-    assert_eq!(committed.len(), input.len(), "the records before it are committed, the checkpoint holding it is not");
 }
 
-/// A record a topic never takes (no key, for a compacted topic) stops the job at once,
-/// naming the topic and what to change, instead of restarting into the same refusal.
+/// A record a topic never takes (no key, for a compacted topic): the job names the
+/// topic and what to change.
 #[test]
 fn a_record_its_topic_refuses_stops_the_job_saying_why() {
-    let job = job::job_dir("record-invalid");
-    support::create_topic(&job.input, PARTITIONS);
-    support::create_topic_with(&job.output, PARTITIONS, &[("cleanup.policy", "compact")]);
-    job.one_operator(2, 200, ("passthrough", &support::plugin("bad-trap"), false), "", "");
-    let input: Vec<clicks::Input> =
-        (0..100).map(|i| (i % PARTITIONS, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000)).collect();
-    support::produce(&job.input, &input);
-    let log = log_of(&job, "weir.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
-    support::produce_keyless(&job.input, 0, b"no key");
-    let status = job::wait(&mut child, Duration::from_secs(60)).unwrap_or_else(|| {
-        job::kill(&mut child);
-        panic!("weir went on after the broker refused the record:\n{}", job::read_log(&log))
-    });
-    let text = job::read_log(&log);
-    assert!(!status.success(), "{text}");
-    let refused = format!("the broker refused a record for topic `{}`", job.output);
+    let compacted = [("cleanup.policy", "compact")];
+    let keyless = |input: &str| support::produce_keyless(input, 0, b"no key");
+    let (text, topic) = refused_record_stops_the_job("record-invalid", &compacted, ("passthrough", "bad-trap", ""), keyless);
+    let refused = format!("the broker refused a record for topic `{topic}`");
     assert!(text.contains(&refused) && text.contains("only records with a key"), "unclear error:\n{text}");
-    assert_eq!(text.matches("attempt failed").count(), 0, "a restart cannot cure it:\n{text}");
-    assert_eq!(support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted).len(), input.len());
 }
 
 /// Partitions added to the input between runs are read from their start, even with
@@ -398,13 +389,7 @@ fn a_large_output_is_handed_to_the_next_operator_in_batches_it_can_hold() {
         support::plugin("bad-trap").display()
     );
     job.one_operator(2, 200, ("big", &support::plugin("bad-output"), false), &downstream, "");
-    let input: Vec<clicks::Input> =
-        (0..100).map(|i| (i % PARTITIONS, format!("k{i}").into_bytes(), format!("record-{i}").into_bytes(), 1_000)).collect();
-    support::produce(&job.input, &input);
-    let log = log_of(&job, "weir.log");
-    let mut child = job::start(&job.path(), &log, &[]);
-    let mut tail = Tail::new(&job.output, PARTITIONS);
-    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
+    let (input, log, mut child, mut tail) = hundred_committed(&job);
     support::produce(&job.input, &[(0, b"k".to_vec(), b"amplify".to_vec(), 2_000)]);
     assert!(tail.until(input.len() + 300, Duration::from_secs(60)), "{}", job::read_log(&log));
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));

@@ -451,16 +451,21 @@ fn a_round_and_restore_within_the_limits_pass_at_the_chunk_size_a_job_uses() {
     assert_eq!(restored + last.len(), 1024);
 }
 
-#[test]
-fn plugin_output_over_the_log_rate_is_dropped_and_counted() {
-    let limits = Limits {
+/// A log rate of 10 lines a second (bursts of 100), and time for a flood of lines.
+fn ten_lines_a_second() -> Limits {
+    Limits {
         log: LogLimits {
             lines_per_sec: 10,
             bytes_per_sec: 1 << 20,
         },
         call_timeout: Duration::from_secs(10),
         ..Limits::default()
-    };
+    }
+}
+
+#[test]
+fn plugin_output_over_the_log_rate_is_dropped_and_counted() {
+    let limits = ten_lines_a_second();
     let metrics = weir::metrics::Metrics::new();
     let mut op = bad_output(limits, &[("lines", "500")]);
     op.count_log_drops(metrics.plugin_log("bad-output", 0));
@@ -482,14 +487,7 @@ fn plugin_output_over_the_log_rate_is_dropped_and_counted() {
 /// the rate; another subtask's budget is its own.
 #[test]
 fn a_restarted_instance_gets_what_is_left_of_its_log_budget() {
-    let limits = Limits {
-        log: LogLimits {
-            lines_per_sec: 10,
-            bytes_per_sec: 1 << 20,
-        },
-        call_timeout: Duration::from_secs(10),
-        ..Limits::default()
-    };
+    let limits = ten_lines_a_second();
     let plugin = load("bad-output");
     let flood = |label: &str| {
         let mut op = OperatorInstance::new(&plugin, limits, config(&[("lines", "500")]), label.into())

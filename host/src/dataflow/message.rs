@@ -44,22 +44,10 @@ impl Records {
         self.batch.len() >= BATCH_RECORDS || self.batch.bytes() >= BATCH_BYTES
     }
 
-    /// Cut into batches within a batch's bounds ([`Batch::piece_ends`]); itself when it
-    /// is one already.
-    pub(crate) fn cut(self) -> Vec<Records> {
-        let ends = self.batch.piece_ends();
-        if ends.len() <= 1 {
-            return vec![self];
-        }
-        let mut start = 0;
-        ends.into_iter()
-            .map(|end| {
-                let origins = self.origins.get(start..end).map_or_else(Vec::new, <[Origin]>::to_vec);
-                let piece = Records { batch: self.batch.copy_of(start..end), origins };
-                start = end;
-                piece
-            })
-            .collect()
+    /// A copy of the records in `range`, with their origins.
+    pub(crate) fn piece(&self, range: std::ops::Range<usize>) -> Records {
+        let origins = self.origins.get(range.clone()).map_or_else(Vec::new, <[Origin]>::to_vec);
+        Records { batch: self.batch.copy_of(range), origins }
     }
 }
 
@@ -106,15 +94,17 @@ mod tests {
     use super::*;
     use crate::batch::{Entry, OutputBound};
 
-    fn sizes(pieces: &[Records]) -> Vec<usize> {
-        pieces.iter().map(|piece| piece.batch.len()).collect()
+    /// The records of each piece `records` is cut into.
+    fn sizes(records: &Records) -> Vec<usize> {
+        let ends = records.batch.piece_ends();
+        std::iter::once(0).chain(ends.iter().copied()).zip(ends.iter().copied()).map(|(start, end)| end - start).collect()
     }
 
     #[test]
-    fn a_batch_within_the_bounds_is_handed_on_as_it_is() {
+    fn a_batch_within_the_bounds_is_one_piece() {
         let mut records = Records::default();
         (0..BATCH_RECORDS).for_each(|i| records.batch.push(None, format!("{i}").as_bytes(), 0, &[]));
-        assert_eq!(sizes(&records.cut()), [BATCH_RECORDS]);
+        assert_eq!(sizes(&records), [BATCH_RECORDS]);
     }
 
     #[test]
@@ -124,23 +114,24 @@ mod tests {
             records.batch.push(Some(b"k"), &[0; 99], 0, &[]);
             records.origins.push(Origin { partition: 0, offset: i });
         }
-        let pieces = records.cut();
-        assert_eq!(sizes(&pieces), [1024, 1024, 452]);
-        assert_eq!(pieces[2].origins[0].offset, 2_048);
+        assert_eq!(sizes(&records), [1024, 1024, 452]);
+        let last = records.piece(2_048..2_500);
+        assert_eq!((last.batch.len(), last.origins[0].offset, last.origins.len()), (452, 2_048, 452));
         let mut big = Records::default();
         (0..5).for_each(|_| big.batch.push(None, &vec![0; 400 << 10], 0, &[]));
-        assert_eq!(sizes(&big.cut()), [3, 2], "a piece closes with the record that fills it");
+        assert_eq!(sizes(&big), [3, 2], "a piece closes with the record that fills it");
+        assert!(big.piece(0..3).origins.is_empty());
     }
 
-    /// Headers count toward the bytes: 1 024 records of no key or value but 2 000
-    /// headers each hold far more than a megabyte on the host.
+    /// Headers count toward the bytes: records of no key or value but 2 000 headers
+    /// each hold far more than their data on the host.
     #[test]
     fn headers_count_toward_a_batchs_bytes() {
         let headers: Vec<(&str, &[u8])> = vec![("h", b""); 2_000];
         let mut records = Records::default();
         (0..20).for_each(|_| records.batch.push(None, b"", 0, &headers));
         assert!(records.is_full(), "{} bytes", records.batch.bytes());
-        let sizes = sizes(&records.cut());
+        let sizes = sizes(&records);
         assert!(sizes.len() > 1 && sizes.iter().all(|&n| n <= 10), "{sizes:?}");
     }
 
@@ -151,7 +142,6 @@ mod tests {
         let entry = Entry { has_key: false, key_offset: 0, key_len: 0, value_offset: 0, value_len: 512 << 10, timestamp: 0 };
         let bound = OutputBound { max_records: 16, max_bytes: 1 << 30 };
         let batch = Batch::from_parts(vec![0; 512 << 10], vec![entry; 6], Vec::new(), bound).unwrap();
-        let records = Records { batch, origins: Vec::new() };
-        assert_eq!(sizes(&records.cut()), [2, 2, 2]);
+        assert_eq!(sizes(&Records { batch, origins: Vec::new() }), [2, 2, 2]);
     }
 }

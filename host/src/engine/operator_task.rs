@@ -321,7 +321,18 @@ impl OperatorTask<'_> {
     fn process(&mut self, input: u32, records: Records) -> Result<(), TaskFailure> {
         self.metrics.records_in.inc_by(records.batch.len() as u64);
         self.early.records += records.batch.len() as u64;
-        records.cut().into_iter().try_for_each(|piece| self.process_piece(input, piece))
+        let ends = records.batch.piece_ends();
+        if ends.len() <= 1 {
+            return self.process_piece(input, records);
+        }
+        // One piece copied at a time: together they may hold far more than the batch,
+        // whose records can share bytes.
+        let mut start = 0;
+        for end in ends {
+            self.process_piece(input, records.piece(start..end))?;
+            start = end;
+        }
+        Ok(())
     }
 
     fn process_piece(&mut self, input: u32, records: Records) -> Result<(), TaskFailure> {

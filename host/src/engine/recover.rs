@@ -104,7 +104,7 @@ pub(super) fn recover(job: &Job, plugins: &[Plugin], store: &CheckpointStore, me
         (None, _, _) => start_fresh(job, store, placement)?,
     };
     let max_timestamp = |partition| snapshot.as_ref().and_then(|s| s.partitions.get(&partition)).map(|state| state.max_timestamp);
-    let sources = start_offsets(job, &resume_consumer, &partitions, &resume.offsets, max_timestamp)?;
+    let sources = start_offsets(job, &resume_consumer, &partitions, &resume.offsets, true, max_timestamp)?;
     let restore = snapshot.as_ref().map_or(Restore::Fresh, Restore::Checkpoint);
     let operators = instances(job, plugins, metrics, store, restore, key_groups)?;
     step("restored the operators");
@@ -205,7 +205,7 @@ pub(super) fn recover_shard(
     step("rebuilt the key groups");
     let offsets = resume.offsets.iter().map(|(&partition, &(offset, _))| (partition, offset)).collect();
     let max_timestamp = |partition| resume.offsets.get(&partition).and_then(|(_, meta)| meta.max_timestamp);
-    let sources = start_offsets(job, &resume_consumer, &owned_inputs, &offsets, max_timestamp)?;
+    let sources = start_offsets(job, &resume_consumer, &owned_inputs, &offsets, false, max_timestamp)?;
     let restore = match resume.offsets.is_empty() {
         true => Restore::Fresh,
         false => Restore::Shard { watermark: shard_watermark(job, &owned_inputs, &resume) },
@@ -764,19 +764,22 @@ fn checkpoint_here(job: &Job, store: &CheckpointStore, n: u64, committed: &BTree
 
 /// Each source task's partitions, at the committed offset or, for a partition that
 /// has none, at its source's start position resolved to a real offset (a table's is
-/// its start). Once the job has committed offsets, a partition without one was added
-/// since (every checkpoint commits every partition read): it is read from its start,
-/// whatever `start` says, as its records all came after the job's. `partitions` and `committed` are by input id; each source's partitions
+/// its start). With `added_from_start` (one process, which commits every partition it
+/// reads at every checkpoint), a partition without one of a source that has others was
+/// added since: it is read from its start whatever `start` says, as its records all came
+/// after the job's. A scaled-out process knows only its own partitions' offsets. `partitions` and `committed` are by input id; each source's partitions
 /// are spread over its `parallelism` tasks.
 fn start_offsets(
     job: &Job,
     consumer: &BaseConsumer,
     partitions: &[i32],
     committed: &BTreeMap<i32, i64>,
+    added_from_start: bool,
     max_timestamp: impl Fn(i32) -> Option<i64>,
 ) -> Result<Vec<SourceStart>, TaskFailure> {
     let parallelism = job.parallelism as usize;
     let inputs = input_topics(job);
+    let resumed: BTreeSet<usize> = committed.keys().map(|&id| inputs.resolve(id).0).collect();
     let mut tasks: Vec<SourceStart> = (0..job.sources.len() * parallelism)
         .map(|index| SourceStart { source: index / parallelism, partitions: BTreeMap::new() })
         .collect();
@@ -791,7 +794,7 @@ fn start_offsets(
                     .map_err(|e| TaskFailure::Kafka(format!("reading the offsets of {topic}/{partition}: {e}")))?;
                 match spec.start {
                     _ if spec.table => low,
-                    _ if !committed.is_empty() => {
+                    _ if added_from_start && resumed.contains(&source) => {
                         tracing::info!(topic, partition, "a partition added since the job's last checkpoint: read from its start");
                         low
                     }

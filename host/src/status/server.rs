@@ -1,8 +1,9 @@
 //! The HTTP side of `--metrics-addr` (by default 127.0.0.1:9464, or a free port when
 //! another job holds it), on axum: `GET /` the status page, `GET /api/v1/job` its JSON,
-//! `GET /metrics` Prometheus text. Read-only, GET only, for requests that name this
-//! machine (DNS rebinding); a bounded number of connections, each closed when idle or open
-//! too long, and of requests at once, each answered within a deadline.
+//! `GET /metrics` Prometheus text. Read-only, GET only; bound to loopback or every
+//! interface, only for requests that name this machine (DNS rebinding); a bounded number
+//! of connections, each closed when idle or open too long, and of requests at once, each
+//! answered within a deadline.
 
 use std::future::Future;
 use std::io;
@@ -35,9 +36,9 @@ const MAX_CONNECTIONS: usize = 64;
 /// A connection that reads or writes nothing for this long while a request is answered
 /// is closed (a client that reads no answer).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// However busy, a connection is closed this long after it was accepted: a client that
-/// holds one open by reading pipelined answers slowly gives its slot back (a page opens
-/// a new one when it next refreshes).
+/// However busy, a connection takes no further request this long after it was accepted
+/// (it closes once its answer is out): a client that holds one open by reading pipelined
+/// answers slowly gives its slot back (a page opens a new one when it next refreshes).
 const MAX_LIFETIME: Duration = Duration::from_secs(60);
 /// A request's head must arrive whole within this, however slowly it trickles; hyper
 /// starts it anew for each request, so an idle keep-alive connection closes after it too.
@@ -66,6 +67,9 @@ struct Shared {
     /// This machine's host name, which a request may name besides its IP or `localhost`.
     host_name: Option<Arc<str>>,
     slots: Arc<Semaphore>,
+    /// Bound to a loopback or unspecified address, where a page of another site can
+    /// reach it under a name of its own: a request must name this machine.
+    loopback: bool,
 }
 
 impl Server {
@@ -117,7 +121,11 @@ impl Server {
     }
 
     async fn run_within(self, connections: usize, idle: Duration, lifetime: Duration) -> io::Result<()> {
-        let shared = Shared { status: self.status, host_name: host_name(), slots: Arc::new(Semaphore::new(MAX_REQUESTS)) };
+        // An unspecified address (0.0.0.0, [::]) takes loopback connections too.
+        let ip = self.listener.local_addr()?.ip();
+        let loopback = ip.is_loopback() || ip.is_unspecified();
+        let slots = Arc::new(Semaphore::new(MAX_REQUESTS));
+        let shared = Shared { status: self.status, host_name: host_name(), slots, loopback };
         let service = TowerToHyperService::new(router(shared));
         let listener = Bounded { listener: self.listener, slots: Arc::new(Semaphore::new(connections)), idle, lifetime };
         loop {
@@ -152,7 +160,7 @@ fn router(shared: Shared) -> Router {
 /// Each request waits for one of [`MAX_REQUESTS`] slots and is answered within
 /// [`REQUEST_TIMEOUT`]; every answer says it is not to be framed or sniffed.
 async fn bounded(State(shared): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let mut response = if !names_this_host(&request, shared.host_name.as_deref()) {
+    let mut response = if shared.loopback && !names_this_host(&request, shared.host_name.as_deref()) {
         // A page of another site whose name was pointed at this machine (DNS rebinding)
         // must not read the job's status, whose messages may quote records.
         let refusal = "weir answers requests for its IP address, localhost or this machine's host name only\n";
@@ -175,7 +183,7 @@ async fn bounded(State(shared): State<Shared>, request: axum::extract::Request, 
 }
 
 /// Whether the request's Host is an IP address, `localhost` or `host_name` (with any
-/// port), or absent.
+/// port, and a name with a trailing dot), or absent.
 fn names_this_host(request: &axum::extract::Request, host_name: Option<&str>) -> bool {
     let Some(host) = request.headers().get(header::HOST) else { return true };
     let Ok(host) = host.to_str() else { return false };
@@ -183,6 +191,7 @@ fn names_this_host(request: &axum::extract::Request, host_name: Option<&str>) ->
         Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
         None => host.rsplit_once(':').map_or(host, |(name, _)| name),
     };
+    let name = name.strip_suffix('.').unwrap_or(name);
     name.eq_ignore_ascii_case("localhost")
         || name.parse::<std::net::IpAddr>().is_ok()
         || host_name.is_some_and(|ours| name.eq_ignore_ascii_case(ours))
@@ -242,9 +251,9 @@ impl Bounded {
         loop {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
-                    let closes = Instant::now() + self.lifetime;
-                    let idle = Box::pin(tokio::time::sleep_until((Instant::now() + self.idle).min(closes)));
-                    return (Connection { stream, idle, limit: self.idle, closes, _slot: slot }, peer);
+                    let idle = Box::pin(tokio::time::sleep(self.idle));
+                    let lifetime = Box::pin(tokio::time::sleep(self.lifetime));
+                    return (Connection { stream, idle, limit: self.idle, lifetime, _slot: slot }, peer);
                 }
                 Err(error) => {
                     let pause = if is_of_a_peer(&error) { Duration::from_millis(50) } else { Duration::from_secs(1) };
@@ -264,42 +273,52 @@ fn is_of_a_peer(e: &io::Error) -> bool {
     )
 }
 
-/// An accepted connection: holds its slot until it closes, and fails once it has read
-/// and written nothing for its idle limit ([`IDLE_TIMEOUT`]) or reached its lifetime
-/// ([`MAX_LIFETIME`]).
+/// An accepted connection: holds its slot until it closes, fails once it has read and
+/// written nothing for its idle limit ([`IDLE_TIMEOUT`]), and reads as ended once open
+/// for its lifetime ([`MAX_LIFETIME`]), so that hyper closes it after the answer it is
+/// writing.
 struct Connection {
     stream: TcpStream,
-    /// The idle deadline, never past `closes`.
     idle: Pin<Box<Sleep>>,
     limit: Duration,
-    closes: Instant,
+    lifetime: Pin<Box<Sleep>>,
     _slot: OwnedSemaphorePermit,
 }
 
 impl Connection {
     /// `polled`'s result, pushing the idle deadline back when it is ready; a timeout
-    /// error once the deadline passed while it was pending, or the lifetime, whichever.
+    /// error once the deadline passed while it was pending.
     fn within<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match polled {
-            Poll::Ready(_) if Instant::now() >= self.closes => {
-                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the connection was open too long")))
-            }
             Poll::Ready(result) => {
-                let deadline = (Instant::now() + self.limit).min(self.closes);
-                self.idle.as_mut().reset(deadline);
+                let limit = self.limit;
+                self.idle.as_mut().reset(Instant::now() + limit);
                 Poll::Ready(result)
             }
             Poll::Pending if self.idle.as_mut().poll(cx).is_ready() => {
-                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the connection was idle or open too long")))
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the connection was idle too long")))
             }
             Poll::Pending => Poll::Pending,
         }
+    }
+
+    /// A write's result as [`Connection::within`] says, and a timeout error for a write
+    /// that waits for the client past the lifetime: a client that reads its answers
+    /// slowly, however steadily, holds its slot no longer.
+    fn writing<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if polled.is_pending() && self.lifetime.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the connection was open too long")));
+        }
+        self.within(cx, polled)
     }
 }
 
 impl AsyncRead for Connection {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.lifetime.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Ok(())); // read as the end: no further request
+        }
         let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
         this.within(cx, polled)
     }
@@ -309,13 +328,13 @@ impl AsyncWrite for Connection {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
-        this.within(cx, polled)
+        this.writing(cx, polled)
     }
 
     fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
-        this.within(cx, polled)
+        this.writing(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -325,7 +344,7 @@ impl AsyncWrite for Connection {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.stream).poll_flush(cx);
-        this.within(cx, polled)
+        this.writing(cx, polled)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -514,10 +533,11 @@ topic = "counts"
     }
 
     #[tokio::test]
-    async fn a_server_answers_only_requests_for_its_ip_localhost_or_host_name() {
+    async fn a_loopback_server_answers_only_requests_for_its_ip_localhost_or_host_name() {
         let addr = serving(Metrics::new()).await;
         let ours = host_name().map(|name| format!("{name}:9464"));
-        for host in ["localhost", "localhost:9464", "127.0.0.1:9464", "[::1]:9464"].into_iter().chain(ours.as_deref()) {
+        let names = ["localhost", "localhost.:9464", "127.0.0.1:9464", "[::1]:9464"];
+        for host in names.into_iter().chain(ours.as_deref()) {
             let answer = request_for(addr, host, "GET", "/api/v1/job").await;
             assert!(answer.starts_with("HTTP/1.1 200 OK"), "Host {host}: {answer}");
         }
