@@ -767,8 +767,9 @@ fn checkpoint_here(job: &Job, store: &CheckpointStore, n: u64, committed: &BTree
 /// its start). With `added_from_start` (one process, which commits every partition it
 /// reads at every checkpoint), a partition without one of a source that has others was
 /// added since: it is read from its start whatever `start` says, as its records all came
-/// after the job's. A scaled-out process knows only its own partitions' offsets. `partitions` and `committed` are by input id; each source's partitions
-/// are spread over its `parallelism` tasks.
+/// after the job's. A scaled-out process knows only its own partitions' offsets.
+/// `partitions` and `committed` are by input id; each source's partitions are spread
+/// over its `parallelism` tasks.
 fn start_offsets(
     job: &Job,
     consumer: &BaseConsumer,
