@@ -27,6 +27,7 @@
 //! brokers = "127.0.0.1:9092"
 //! topic = "clicks"
 //! start = "earliest"              # earliest | latest: where to start when no checkpoint was committed
+//!                                 # (a partition added later is read from its start)
 //!                                 # (a checkpointed offset the broker lost stops the job: never skipped)
 //! max_out_of_orderness_ms = 0     # watermark = max event time seen - this; at most 7 days
 //! idle_timeout_ms = 30000         # optional, unset by default (every partition holds the watermark):
