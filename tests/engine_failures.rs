@@ -332,6 +332,27 @@ fn a_record_its_topic_refuses_stops_the_job_saying_why() {
     assert!(text.contains(&refused) && text.contains("only records with a key"), "unclear error:\n{text}");
 }
 
+/// A hundred records over `partitions` partitions, numbered from `from`.
+fn numbered(partitions: i32, from: usize) -> Vec<clicks::Input> {
+    (from..from + 100).map(|i| (i as i32 % partitions, format!("k{i}").into_bytes(), format!("r{i}").into_bytes(), 1_000)).collect()
+}
+
+/// Waits until `input` has arrived, stops the job and checks that the committed output
+/// is `input`, each record once.
+fn finish_exactly(job: &JobDir, mut child: std::process::Child, tail: &mut Tail, input: &[clicks::Input], log: &std::path::Path) {
+    let arrived = tail.until(input.len(), Duration::from_secs(60));
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(log));
+    assert!(arrived, "the records did not all arrive:\n{}", job::read_log(log));
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = input.iter().map(|(_, key, value, _)| (key.clone(), value.clone())).collect();
+    let mut actual: Vec<(Vec<u8>, Vec<u8>)> = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted)
+        .into_iter()
+        .map(|(_, key, value)| (key.unwrap(), value))
+        .collect();
+    expected.sort();
+    actual.sort();
+    assert!(actual == expected, "{} of {} records committed:\n{}", actual.len(), expected.len(), job::read_log(log));
+}
+
 /// Partitions added to the input between runs are read from their start, even with
 /// `start = "latest"` (which holds only for a job's first run): their records all came
 /// after the job's, and skipping them lost them.
@@ -344,34 +365,62 @@ fn partitions_added_between_runs_are_read_from_their_start() {
     let text = std::fs::read_to_string(job.path()).unwrap();
     let topic = format!("topic = \"{}\"", job.input);
     std::fs::write(job.path(), text.replacen(&topic, &format!("{topic}\nstart = \"latest\""), 1)).unwrap();
-    let records = |partitions: i32, from: usize| -> Vec<clicks::Input> {
-        (from..from + 100).map(|i| (i as i32 % partitions, format!("k{i}").into_bytes(), format!("r{i}").into_bytes(), 1_000)).collect()
-    };
 
     let log = log_of(&job, "weir.log");
     let mut child = job::start(&job.path(), &log, &[]);
     job::wait_for_log(&log, "recovered; running", Duration::from_secs(60));
-    let mut input = records(PARTITIONS, 0);
+    let mut input = numbered(PARTITIONS, 0);
     support::produce(&job.input, &input);
     let mut tail = Tail::new(&job.output, PARTITIONS);
     assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
 
     support::add_partitions(&job.input, 2 * PARTITIONS as usize);
-    let added = records(2 * PARTITIONS, 100);
+    let added = numbered(2 * PARTITIONS, 100);
     support::produce(&job.input, &added);
     input.extend(added);
+    let child = job::start(&job.path(), &log, &[]);
+    finish_exactly(&job, child, &mut tail, &input, &log);
+}
+
+/// Partitions added to the input while a job of one process runs are read without a
+/// restart, from their start, each by the source task a restart would give it (three
+/// tasks over two partitions: the third had none). Killed the moment it takes them,
+/// the job reads them from their start again; killed once what it read of them is
+/// committed, it resumes them where its checkpoint left them. Every record once.
+#[test]
+fn partitions_added_while_running_are_read_without_a_restart() {
+    let job = job::job_dir("discovered-partitions");
+    support::create_topic(&job.input, PARTITIONS);
+    support::create_topic(&job.output, PARTITIONS);
+    job.one_operator(3, 200, ("passthrough", &support::plugin("bad-trap"), false), "", "");
+    let (mut input, log, mut child, mut tail) = hundred_committed(&job);
+    let taken = "a partition added to the topic: read from there";
+    let produce = |partitions: i32, from: usize, input: &mut Vec<clicks::Input>| {
+        let records = numbered(partitions, from);
+        support::produce(&job.input, &records);
+        input.extend(records);
+    };
+
+    support::add_partitions(&job.input, PARTITIONS as usize + 2);
+    produce(PARTITIONS + 2, 100, &mut input);
+    // Tasks look every 10 s.
+    job::wait_for_log(&log, taken, Duration::from_secs(30));
+    job::kill(&mut child);
     let mut child = job::start(&job.path(), &log, &[]);
-    let arrived = tail.until(input.len(), Duration::from_secs(60));
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success(), "{}", job::read_log(&log));
-    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = input.into_iter().map(|(_, key, value, _)| (key, value)).collect();
-    let mut actual: Vec<(Vec<u8>, Vec<u8>)> = support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted)
-        .into_iter()
-        .map(|(_, key, value)| (key.unwrap(), value))
-        .collect();
-    expected.sort();
-    actual.sort();
-    assert!(arrived && actual == expected, "{} of {} records committed:\n{}", actual.len(), expected.len(), job::read_log(&log));
+    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
+
+    let before = job::count_in_log(&log, taken);
+    support::add_partitions(&job.input, PARTITIONS as usize + 3);
+    produce(PARTITIONS + 3, 200, &mut input);
+    assert!(tail.until(input.len(), Duration::from_secs(60)), "{}", job::read_log(&log));
+    assert_eq!(job::count_in_log(&log, taken), before + 1, "{}", job::read_log(&log));
+    job::kill(&mut child);
+    produce(PARTITIONS + 3, 300, &mut input);
+    let child = job::start(&job.path(), &log, &[]);
+    finish_exactly(&job, child, &mut tail, &input, &log);
+    let text = job::read_log(&log);
+    assert_eq!(text.matches("attempt failed").count(), 0, "{text}");
 }
 
 /// An operator's output reaches the next operator in batches of the size a source

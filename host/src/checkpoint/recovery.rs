@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::layout::{self, ShardMetadata};
@@ -86,21 +87,25 @@ pub(crate) fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, ti
 }
 
 fn listed_partitions(consumer: &BaseConsumer, brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<i32>, RecoveryError> {
-    let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| RecoveryError::Unreachable {
+    let listed = partitions_now(consumer, topic, timeout).map_err(|e| RecoveryError::Unreachable {
         brokers: brokers.to_string(),
         topic: topic.to_string(),
         timeout,
         detail: e.to_string(),
     })?;
+    listed.ok_or_else(|| RecoveryError::NoTopic { topic: topic.to_string(), brokers: brokers.to_string() })
+}
+
+/// The partitions of `topic` in order, as the broker lists them in one answer; `None`
+/// if it lists no such topic.
+pub(crate) fn partitions_now(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> Result<Option<Vec<i32>>, KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let found = metadata.topics().iter().find(|t| t.name() == topic);
-    match found {
-        Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
-            let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
-            ids.sort_unstable();
-            Ok(ids)
-        }
-        _ => Err(RecoveryError::NoTopic { topic: topic.to_string(), brokers: brokers.to_string() }),
-    }
+    Ok(found.filter(|t| t.error().is_none() && !t.partitions().is_empty()).map(|t| {
+        let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+        ids.sort_unstable();
+        ids
+    }))
 }
 
 /// Reads the job's committed offsets (stable: a pending transaction's offsets are

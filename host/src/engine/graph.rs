@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{Scope, ScopedJoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
@@ -212,6 +212,7 @@ fn spawn_sources<'scope>(
             events: events.clone(),
             metrics: engine.options.metrics.clone(),
             idle_timeout: spec.idle_timeout(),
+            discovery: routing.shard.is_none().then(|| source::Discovery::new(parallelism, index % parallelism, Instant::now())),
         };
         let what = format!("source task {index} (topic {})", spec.topic);
         handles.push(spawn_task(scope, format!("source-{index}"), what, events.clone(), move || task.run()));

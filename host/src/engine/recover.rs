@@ -679,40 +679,42 @@ fn load_stateless(job: &Job, store: &CheckpointStore, n: u64, partitions: &[i32]
 
 /// Each operator subtask's watermark as the checkpoint had it, derived from the greatest
 /// event time of each input partition (`max_timestamp`, by input id): a source task's
-/// is the least over its partitions of that less the source's out-of-orderness (none
-/// for a task without partitions), and a subtask's the least over its stream inputs:
-/// every upstream subtask for a key_by operator, the one of its index otherwise. A
-/// source task reports its progress after each batch and a barrier comes between
-/// batches, so at a barrier every subtask had reached exactly this. (A partition idle
-/// then counts here; the watermark is then lower than it was, never higher.)
+/// is the least over its partitions of that less the source's out-of-orderness, and a
+/// subtask's the least over its stream inputs: every upstream subtask for a key_by
+/// operator, the one of its index otherwise. A source task without partitions is idle
+/// (as it runs) and left out of every least, as is a subtask whose inputs are all idle,
+/// which starts from the least of all. A source task reports its progress after each
+/// batch and a barrier comes between batches, so at a barrier every subtask had reached
+/// exactly this. (A partition idle then counts here; the watermark is then lower than
+/// it was, never higher.)
 fn derived_watermarks(job: &Job, partitions: &[i32], max_timestamp: impl Fn(&i32) -> i64) -> BTreeMap<(u32, u32), i64> {
     let parallelism = job.parallelism as usize;
-    // `sources[s][i]`: source task i of source s.
-    let mut sources = vec![vec![i64::MAX; parallelism]; job.sources.len()];
+    // `sources[s][i]`: source task i of source s; `None` while it is idle.
+    let mut sources: Vec<Vec<Option<i64>>> = vec![vec![None; parallelism]; job.sources.len()];
     for (id, task) in source_tasks(job, partitions) {
         let source = task / parallelism;
         let out_of_orderness = i64::try_from(job.sources[source].max_out_of_orderness_ms).unwrap_or(i64::MAX);
         let reached = &mut sources[source][task % parallelism];
         let time = max_timestamp(&id);
-        *reached = (*reached).min(if time == i64::MIN { i64::MIN } else { time.saturating_sub(out_of_orderness) });
+        let watermark = if time == i64::MIN { i64::MIN } else { time.saturating_sub(out_of_orderness) };
+        *reached = Some(reached.map_or(watermark, |before| before.min(watermark)));
     }
-    let mut operators: Vec<Vec<i64>> = vec![Vec::new(); job.operators.len()];
+    let mut operators: Vec<Vec<Option<i64>>> = vec![Vec::new(); job.operators.len()];
     for stage in job.upstream_first() {
         let key_by = job.operators[stage].key_by;
-        let upstream = |port: Port, subtask: usize| -> i64 {
+        let upstream = |port: Port, subtask: usize| -> Option<i64> {
             let tasks = match port {
                 Port::Source(source) => &sources[source],
                 Port::Operator { stage, .. } => &operators[stage],
             };
-            if key_by { tasks.iter().copied().min().unwrap_or(i64::MIN) } else { tasks[subtask] }
+            if key_by { tasks.iter().flatten().copied().min() } else { tasks[subtask] }
         };
         let streams: Vec<Port> = job.inputs_of(stage).into_iter().filter(|&port| !job.is_table(port)).collect();
-        operators[stage] = (0..parallelism)
-            .map(|subtask| streams.iter().map(|&port| upstream(port, subtask)).min().unwrap_or(i64::MIN))
-            .collect();
+        operators[stage] = (0..parallelism).map(|subtask| streams.iter().filter_map(|&port| upstream(port, subtask)).min()).collect();
     }
     let subtasks = operators.into_iter().enumerate().flat_map(|(stage, subtasks)| {
-        subtasks.into_iter().enumerate().map(move |(subtask, watermark)| ((stage as u32, subtask as u32), watermark))
+        let reached = subtasks.into_iter().map(|watermark| watermark.unwrap_or(i64::MIN));
+        reached.enumerate().map(move |(subtask, watermark)| ((stage as u32, subtask as u32), watermark))
     });
     subtasks.collect()
 }

@@ -61,6 +61,9 @@ impl Gauge {
     pub fn get(&self) -> i64 {
         self.0.get()
     }
+    pub fn add(&self, v: i64) {
+        self.0.inc_by(v);
+    }
 }
 
 /// An event-time watermark in milliseconds since the epoch: a gauge for Prometheus (0

@@ -46,18 +46,25 @@ impl Fetcher {
         let queue = NonNull::new(unsafe { rd::rd_kafka_queue_new(client) }).ok_or("librdkafka created no queue")?;
         let fetcher = Fetcher { queue, messages: Vec::new(), used: 0, topic, consumer };
         for partition in partitions {
-            // SAFETY: valid client and topic; the partition's handle is released at once,
-            // its forwarding stays with the partition.
-            unsafe {
-                let fetched = rd::rd_kafka_queue_get_partition(client, fetcher.topic.as_ptr(), partition);
-                let fetched = NonNull::new(fetched).ok_or_else(|| {
-                    format!("librdkafka has no queue for partition {partition} of {:?}", fetcher.topic)
-                })?;
-                rd::rd_kafka_queue_forward(fetched.as_ptr(), fetcher.queue.as_ptr());
-                rd::rd_kafka_queue_destroy(fetched.as_ptr());
-            }
+            fetcher.forward(partition)?;
         }
         Ok(fetcher)
+    }
+
+    /// Takes the records of `partition` too (one added to the topic while the task
+    /// runs): call it before assigning the partition.
+    pub(crate) fn forward(&self, partition: i32) -> Result<(), String> {
+        let client = self.consumer.client().native_ptr();
+        // SAFETY: valid client and topic; the partition's handle is released at once,
+        // its forwarding stays with the partition.
+        unsafe {
+            let fetched = rd::rd_kafka_queue_get_partition(client, self.topic.as_ptr(), partition);
+            let fetched = NonNull::new(fetched)
+                .ok_or_else(|| format!("librdkafka has no queue for partition {partition} of {:?}", self.topic))?;
+            rd::rd_kafka_queue_forward(fetched.as_ptr(), self.queue.as_ptr());
+            rd::rd_kafka_queue_destroy(fetched.as_ptr());
+        }
+        Ok(())
     }
 
     pub(crate) fn consumer(&self) -> &BaseConsumer {

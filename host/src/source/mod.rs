@@ -1,5 +1,6 @@
-//! Source tasks: each reads a fixed set of input partitions (`assign()`, never a group
-//! rebalance), cuts them into batches, tracks per-partition watermarks, and on a
+//! Source tasks: each reads the input partitions it is given (`assign()`, never a group
+//! rebalance) and, in a job of one process, those added to its topic while it runs
+//! (`discovery`); cuts them into batches, tracks per-partition watermarks, and on a
 //! barrier records the next offset of every partition before forwarding the barrier.
 
 use std::collections::BTreeMap;
@@ -12,11 +13,16 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::batch::{BATCH_BYTES, BATCH_RECORDS};
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
-use crate::dataflow::{DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition};
+use crate::checkpoint::recovery;
+use crate::dataflow::{
+    DeadLetter, Event, Fanout, KeyGroups, MAX_PARTITIONS, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition,
+};
 use crate::metrics::{Metrics, PartitionMetrics};
 
 mod bootstrap;
 pub mod config;
+mod discovery;
+pub(crate) use discovery::Discovery;
 mod fetch;
 pub(crate) use bootstrap::Bootstrap;
 use bootstrap::TableRead;
@@ -78,6 +84,8 @@ pub(crate) struct SourceTask {
     /// `[source] idle_timeout_ms`: when a partition that reads nothing stops holding
     /// the watermark back (never when `None`).
     pub(crate) idle_timeout: Option<Duration>,
+    /// In a job of one process, when to look for partitions added to the topic.
+    pub(crate) discovery: Option<Discovery>,
 }
 
 impl SourceTask {
@@ -150,15 +158,21 @@ impl SourceTask {
 
     pub(crate) fn run(mut self) -> Result<(), TaskFailure> {
         let ends = self.assign()?;
+        let mut table_read = None;
+        // What downstream was told of this task's event time.
+        let mut sent = Progress::Watermark(i64::MIN);
         if self.partitions.is_empty() {
             if self.table {
                 self.broadcast(Message::TableEnd)?;
             }
-            return self.run_without_partitions();
+            if !self.wait_for_partitions()? {
+                return Ok(());
+            }
+            sent = Progress::Idle;
+        } else if self.table {
+            table_read = Some(TableRead::new(self.table_ends(ends)?));
         }
-        let mut table_read = if self.table { Some(TableRead::new(self.table_ends(ends)?)) } else { None };
         let mut activity = Activity::new(self.idle_timeout, &self.partitions, Instant::now());
-        let mut sent = Progress::Watermark(i64::MIN);
         let mut next_tick = Instant::now();
         loop {
             match self.control.try_recv() {
@@ -182,6 +196,7 @@ impl SourceTask {
             }
             if Instant::now() >= next_tick {
                 self.tick(&mut activity);
+                self.discover(&mut activity)?;
                 next_tick = Instant::now() + TICK;
             }
             let progress = activity.progress(&self.partitions, self.max_out_of_orderness_ms);
@@ -196,17 +211,101 @@ impl SourceTask {
     }
 
     /// A task with nothing to read never holds back downstream event time; it only
-    /// forwards barriers.
-    fn run_without_partitions(self) -> Result<(), TaskFailure> {
-        self.broadcast(Message::Watermark(i64::MAX))?;
-        loop {
+    /// forwards barriers until it is given a partition added to the topic (true) or is
+    /// stopped (false). One that may be given one is idle, not done: what it reads
+    /// later is held to the watermark downstream has reached.
+    fn wait_for_partitions(&mut self) -> Result<bool, TaskFailure> {
+        let mut activity = Activity::new(self.idle_timeout, &self.partitions, Instant::now());
+        self.broadcast(if self.discovery.is_some() { Message::Idle } else { Message::Watermark(i64::MAX) })?;
+        while self.partitions.is_empty() {
             // A bounded wait keeps shutdown prompt.
             match self.control.recv_timeout(POLL_WAIT * 5) {
                 Ok(Control::Barrier(n)) => self.barrier(n)?,
-                Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(false),
                 Err(RecvTimeoutError::Timeout) => {}
             }
+            self.discover(&mut activity)?;
         }
+        Ok(true)
+    }
+
+    /// Once an interval, partitions added to the topic that are this task's are
+    /// assigned (`starts`): they are read from the next batch on, and the next barrier
+    /// records them. A broker that does not answer in time is asked again at the next
+    /// interval.
+    fn discover(&mut self, activity: &mut Activity) -> Result<(), TaskFailure> {
+        let Some(discovery) = self.discovery.as_mut() else { return Ok(()) };
+        if !discovery.due(Instant::now()) {
+            return Ok(());
+        }
+        let listed = match recovery::partitions_now(self.fetcher.consumer(), &self.topic, LAG_TIMEOUT) {
+            Ok(Some(listed)) => listed,
+            Ok(None) => return Ok(()),
+            Err(error) => {
+                tracing::debug!(topic = %self.topic, "partitions not listed, asked again later: {error}");
+                return Ok(());
+            }
+        };
+        if let Some(&last) = listed.last().filter(|&&last| last >= MAX_PARTITIONS) {
+            return Err(TaskFailure::Incompatible(format!(
+                "topic `{}` has partition {last}; weir reads topics of at most {MAX_PARTITIONS} partitions",
+                self.topic
+            )));
+        }
+        let added = self.discovery.as_ref().map_or_else(Vec::new, |discovery| discovery.added(&listed, &self.partitions));
+        if added.is_empty() {
+            return Ok(());
+        }
+        let Some(starts) = self.starts(&added) else { return Ok(()) };
+        let mut assignment = TopicPartitionList::new();
+        for &(partition, start) in &starts {
+            self.fetcher.forward(partition).map_err(|e| TaskFailure::Kafka(format!("source {} of topic {}: {e}", self.index, self.topic)))?;
+            assignment
+                .add_partition_offset(&self.topic, partition, Offset::Offset(start))
+                .map_err(|e| self.kafka_failure("assigning an added partition of", e))?;
+        }
+        self.fetcher
+            .consumer()
+            .incremental_assign(&assignment)
+            .map_err(|e| self.kafka_failure("assigning an added partition of", e))?;
+        self.metrics.group().owned_partitions.add(starts.len() as i64);
+        for (partition, next_offset) in starts {
+            tracing::info!(source = self.index, topic = %self.topic, partition, next_offset, "a partition added to the topic: read from there");
+            self.partitions.insert(partition, PartitionState { partition, next_offset, max_timestamp: i64::MIN });
+            activity.add(partition, next_offset, Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Where each added partition starts: at the job's committed offset if it has one
+    /// (a restart that a broker answered from metadata older than the partition missed
+    /// it, and the job read it before), else at its first record still on the broker.
+    /// `None` unless the broker says both in time, for every partition.
+    fn starts(&self, added: &[i32]) -> Option<Vec<(i32, i64)>> {
+        let list = |at: Offset| {
+            let mut list = TopicPartitionList::new();
+            for &partition in added {
+                let _ = list.add_partition_offset(&self.topic, partition, at);
+            }
+            list
+        };
+        let consumer = self.fetcher.consumer();
+        let asked = consumer.committed_offsets(list(Offset::Invalid), LAG_TIMEOUT).and_then(|committed| {
+            // As a ListOffsets timestamp, Beginning (-2) asks for the first offset.
+            Ok((committed, consumer.offsets_for_times(list(Offset::Beginning), LAG_TIMEOUT)?))
+        });
+        let (committed, first) = match asked {
+            Ok(answers) => answers,
+            Err(error) => {
+                tracing::debug!(topic = %self.topic, "where added partitions start is unknown, asked again later: {error}");
+                return None;
+            }
+        };
+        let offset_in = |answer: &TopicPartitionList, partition| match answer.find_partition(&self.topic, partition)?.offset() {
+            Offset::Offset(offset) if offset >= 0 => Some(offset),
+            _ => None,
+        };
+        added.iter().map(|&partition| Some((partition, offset_in(&committed, partition).or(offset_in(&first, partition))?))).collect()
     }
 
     /// Up to one batch of records: what the consumer holds now, or what arrives

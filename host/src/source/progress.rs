@@ -34,6 +34,11 @@ impl Activity {
         Activity { timeout, quiet_since, idle: BTreeMap::new() }
     }
 
+    /// A partition the task reads from now on: active, as if it had just read a record.
+    pub(crate) fn add(&mut self, partition: i32, next_offset: i64, now: Instant) {
+        self.quiet_since.insert(partition, (next_offset, now));
+    }
+
     /// Partitions that read nothing for the idle timeout and are not idle yet. Call it
     /// now and then (every second): a partition read since the last call starts over.
     pub(crate) fn quiet(&mut self, partitions: &BTreeMap<i32, PartitionState>, now: Instant) -> Vec<i32> {
