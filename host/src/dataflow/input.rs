@@ -4,12 +4,25 @@
 //! keeps the checkpoints and offsets it always had, and above `MAX_PARTITIONS` per
 //! later source. Only where weir talks to Kafka is it split into topic and partition.
 
+use super::TaskFailure;
+
 /// Partitions a source topic may have: the id keeps its source above them.
 pub(crate) const MAX_PARTITIONS: i32 = 1 << 20;
 
+/// Refuses a source topic whose partitions (`listed`, in order) reach `MAX_PARTITIONS`:
+/// checked wherever partitions are listed, at recovery and when looking for added ones.
+pub(crate) fn within_max_partitions(topic: &str, listed: &[i32]) -> Result<(), TaskFailure> {
+    match listed.last() {
+        Some(&last) if last >= MAX_PARTITIONS => Err(TaskFailure::Incompatible(format!(
+            "topic `{topic}` has partition {last}; weir reads topics of at most {MAX_PARTITIONS} partitions"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The id of `partition` of the job's source number `source`.
 pub(crate) fn input_id(source: usize, partition: i32) -> i32 {
-    debug_assert!((0..MAX_PARTITIONS).contains(&partition), "partition {partition} checked at recovery");
+    debug_assert!((0..MAX_PARTITIONS).contains(&partition), "partition {partition} checked when listed");
     let source = i32::try_from(source).expect("a job has few sources");
     source * MAX_PARTITIONS + partition
 }

@@ -13,7 +13,7 @@ mod pace;
 
 pub use failure::TaskFailure;
 pub(crate) use fanout::{Fanout, Reader};
-pub(crate) use input::{InputTopics, MAX_PARTITIONS, input_id, kafka_partition};
+pub(crate) use input::{InputTopics, input_id, kafka_partition, within_max_partitions};
 pub(crate) use key_group::{KeyGroups, Shard, murmur2};
 pub use message::Origin;
 pub(crate) use message::{DeadLetter, Event, Message, Records};

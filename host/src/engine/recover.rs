@@ -13,7 +13,7 @@ use crate::checkpoint::layout::{self, FormatError, PartitionState, Shape, Snapsh
 use crate::checkpoint::recovery::{self, RecoveryError, ShardResume};
 use crate::checkpoint::store::{CheckpointStore, StoreError};
 use crate::chunk;
-use crate::dataflow::{InputTopics, KeyGroups, MAX_PARTITIONS, Shard, TaskFailure, input_id};
+use crate::dataflow::{InputTopics, KeyGroups, Shard, TaskFailure, input_id, within_max_partitions};
 use crate::job::{self, Job, Port};
 use crate::metrics::{Metrics, progress};
 use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin, Ports};
@@ -461,12 +461,7 @@ fn input_partitions(job: &Job, consumer: &BaseConsumer) -> Result<Vec<i32>, Task
     for (index, source) in job.sources.iter().enumerate() {
         let partitions =
             recovery::partitions(consumer, &source.brokers, &source.topic, CONNECT_TIMEOUT).map_err(TaskFailure::Recovery)?;
-        if let Some(&last) = partitions.last().filter(|&&last| last >= MAX_PARTITIONS) {
-            return Err(TaskFailure::Incompatible(format!(
-                "topic `{}` has partition {last}; weir reads topics of at most {MAX_PARTITIONS} partitions",
-                source.topic
-            )));
-        }
+        within_max_partitions(&source.topic, &partitions)?;
         ids.extend(partitions.into_iter().map(|partition| input_id(index, partition)));
     }
     Ok(ids)

@@ -15,7 +15,7 @@ use crate::batch::{BATCH_BYTES, BATCH_RECORDS};
 use crate::checkpoint::layout::{self, PartitionState, TaskId};
 use crate::checkpoint::recovery;
 use crate::dataflow::{
-    DeadLetter, Event, Fanout, KeyGroups, MAX_PARTITIONS, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition,
+    DeadLetter, Event, Fanout, KeyGroups, Message, Origin, Pace, Records, Shard, TaskFailure, input_id, kafka_partition, within_max_partitions,
 };
 use crate::metrics::{Metrics, PartitionMetrics};
 
@@ -246,12 +246,7 @@ impl SourceTask {
                 return Ok(());
             }
         };
-        if let Some(&last) = listed.last().filter(|&&last| last >= MAX_PARTITIONS) {
-            return Err(TaskFailure::Incompatible(format!(
-                "topic `{}` has partition {last}; weir reads topics of at most {MAX_PARTITIONS} partitions",
-                self.topic
-            )));
-        }
+        within_max_partitions(&self.topic, &listed)?;
         let added = self.discovery.as_ref().map_or_else(Vec::new, |discovery| discovery.added(&listed, &self.partitions));
         if added.is_empty() {
             return Ok(());
