@@ -505,22 +505,55 @@ fn a_malformed_segment_stops_the_restore_naming_topic_partition_and_offset() {
     let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
     wait_committed(&job.name, &job.input, &ends, &mut child, &log);
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    restore_stops_on_a_malformed_segment(&job, &log);
+}
+
+/// A state_dir one checkpoint behind Kafka's committed offsets (killed after a commit,
+/// before its fold) is brought up by replaying the changelog's tail; a malformed record
+/// there stops the restore at once: a replay of the whole topic would empty the
+/// state_dir only to fail on the same record.
+#[test]
+fn a_malformed_segment_in_the_tail_stops_the_restore_and_leaves_the_state_dir() {
+    let job = job::job_dir("seg-malformed-tail");
+    topics(&job);
+    job.window_count(2, 150, WINDOW_MS as u64, "");
+    let log = job.dir.path().join("weir.log");
+    let (_, input) = produce_paced(&job.input, Clicks::new(47, PARTITIONS, 2_000), 4).join().unwrap();
+    let mut child = job::start(&job.path(), &log, &[]);
+    let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
+    wait_committed(&job.name, &job.input, &ends, &mut child, &log);
+    // A stop folds every committed checkpoint into the store; the next start's second
+    // checkpoint is committed, and not folded.
+    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    kill_at_steps(&job, &log, &[(2, "after-commit", false)], &[]);
+    let text = restore_stops_on_a_malformed_segment(&job, &log);
+    let restart = &text[text.rfind("killing the process at AfterCommit").expect("the kill is logged")..];
+    assert!(restart.contains("replaying keyed state from the changelog's tail"), "no replay of the tail:\n{text}");
+    let whole = ["rebuilding from the whole topic", "replaying keyed state from the whole changelog"];
+    assert!(whole.iter().all(|line| !restart.contains(line)), "a replay of the whole topic after the tail's failed:\n{text}");
+}
+
+/// Writes a segment whose one entry claims a key of 100 bytes in a value of 4 at the end
+/// of key group 22's partition, then starts the job: it must stop with an error naming
+/// the record, nothing committed and nothing written. Returns the log.
+fn restore_stops_on_a_malformed_segment(job: &JobDir, log: &std::path::Path) -> String {
     let changelog = format!("{}-changelog", job.name);
     let group = 22;
     let partition = partition_of(group);
     let offset = support::end_offset(&changelog, partition);
-    // A segment whose one entry claims a key of 100 bytes in a value of 4.
     produce_raw(&changelog, &[(partition, packed_key(b's', 0, group, 0, 9_999), vec![1, 100, 1, b'k'])]);
+    let committed = support::committed_offsets(&job.name, &job.input, PARTITIONS);
     let output_before = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
-    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
-    let mut child = job::start(&job.path(), &log, &[]);
+    let mut child = job::start(&job.path(), log, &[]);
     let status = job::wait(&mut child, Duration::from_secs(90)).expect("weir stops on a malformed changelog");
-    let text = job::read_log(&log);
+    let text = job::read_log(log);
     assert!(!status.success(), "weir exited {status}; log:\n{text}");
     let wanted = format!("the changelog topic `{changelog}` holds a record weir did not write for job `{}` at partition {partition} offset {offset}", job.name);
     assert!(text.contains(&wanted), "no error naming topic, partition and offset ({wanted}):\n{text}");
     assert!(text.contains("runs past the value"), "the error says what is wrong:\n{text}");
-    assert_eq!(support::committed_offsets(&job.name, &job.input, PARTITIONS), ends, "nothing committed");
+    assert_eq!(support::committed_offsets(&job.name, &job.input, PARTITIONS), committed, "nothing committed");
     let output = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
     assert!(output == output_before, "nothing written");
+    text
 }

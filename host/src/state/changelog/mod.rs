@@ -539,17 +539,17 @@ pub(crate) fn catch_up(job: &Job, store: &CheckpointStore, (n, expected): (u64, 
 }
 
 /// Where a replay starts again after one by the wrong key groups failed. An exactly-once
-/// job's failed replay of the tail went on to the whole topic, which empties the store
-/// before it reads: the store no longer holds the state the tail follows, so the replay
-/// reads the whole topic. An at-least-once job's replay has no such fallback (and cannot
-/// read the whole topic): its store is as it was.
+/// job's failed replay may have stored part of what it read (it writes as it reads) in
+/// the wrong groups, or emptied the store for a replay of the whole topic: the replay
+/// reads the whole topic, into an emptied store. An at-least-once job's replay cannot
+/// read the whole topic, and starts again where it started.
 fn after_failed_replay(job: &Job, tail: Tail, recorded: u32) -> Tail {
     match (job.producer.delivery, tail) {
         (Delivery::AtLeastOnce, tail) => tail,
         (Delivery::ExactlyOnce, Tail::Whole(why)) => Tail::Whole(why),
         (Delivery::ExactlyOnce, Tail::From(_)) => Tail::Whole(format!(
             "a replay of the changelog's tail by other key groups than the {recorded} its checkpoints were taken with \
-             failed, and emptied the state_dir's state"
+             failed, and may have stored part of it in the wrong groups"
         )),
     }
 }
@@ -562,7 +562,7 @@ fn replay_from(job: &Job, store: &CheckpointStore, (n, base): (u64, &StateBase),
         // after `n`, and its last checkpoint record with them: the store keeps `n`'s
         // entry, and the state may run ahead of it, as at-least-once allows.
         return match tail {
-            Tail::From(from) => replay(job, store, n, topic, placement, Some(from)),
+            Tail::From(from) => replay(job, store, n, topic, placement, Some(from)).map_err(Unreplayed::failure),
             Tail::Whole(why) => Err(TaskFailure::Incompatible(format!(
                 "the state in the state_dir {} is that of checkpoint {}, not {n}, and {why}; an at-least-once job \
                  cannot rebuild from its whole changelog, which it writes outside transactions: restore the \
@@ -574,15 +574,46 @@ fn replay_from(job: &Job, store: &CheckpointStore, (n, base): (u64, &StateBase),
         };
     }
     match tail {
+        // A record the tail's read failed on is in the whole topic too: a replay of it
+        // would empty the store only to fail on the same record.
         Tail::From(from) => match replay(job, store, n, topic, placement, Some(from)) {
-            Err(TaskFailure::Incompatible(why)) => {
+            Err(Unreplayed::FallsShort(why)) => {
                 tracing::warn!(checkpoint = n, from = base.n, "the changelog's tail cannot give checkpoint {n} ({why}); rebuilding from the whole topic");
             }
-            other => return other,
+            other => return other.map_err(Unreplayed::failure),
         },
         Tail::Whole(why) => tracing::info!(checkpoint = n, from = base.n, "rebuilding keyed state from the whole changelog: {why}"),
     }
-    replay(job, store, n, topic, placement, None)
+    replay(job, store, n, topic, placement, None).map_err(Unreplayed::failure)
+}
+
+/// Why a replay did not bring the store to checkpoint `n`.
+enum Unreplayed {
+    /// What it read does not end at checkpoint `n` (this says how): a replay from
+    /// further back may.
+    FallsShort(TaskFailure),
+    /// Its read failed: a record weir did not write, the store, the broker.
+    Failed(TaskFailure),
+}
+
+impl From<TaskFailure> for Unreplayed {
+    fn from(failure: TaskFailure) -> Self {
+        Unreplayed::Failed(failure)
+    }
+}
+
+impl From<crate::checkpoint::store::StoreError> for Unreplayed {
+    fn from(error: crate::checkpoint::store::StoreError) -> Self {
+        Unreplayed::Failed(error.into())
+    }
+}
+
+impl Unreplayed {
+    fn failure(self) -> TaskFailure {
+        match self {
+            Unreplayed::FallsShort(failure) | Unreplayed::Failed(failure) => failure,
+        }
+    }
 }
 
 /// Records read back from the end of partition 0 for its last checkpoint record, at
@@ -700,7 +731,7 @@ fn replay(
     topic: &str,
     placement: Placement,
     from: Option<&BTreeMap<i32, i64>>,
-) -> Result<(), TaskFailure> {
+) -> Result<(), Unreplayed> {
     let started = Instant::now();
     let what = if from.is_some() { "the changelog's tail" } else { "the whole changelog" };
     let partitions = placement.partitions();
@@ -724,21 +755,21 @@ fn replay(
         return Ok(());
     }
     let checkpoint = checkpoint.ok_or_else(|| {
-        TaskFailure::Incompatible(format!(
+        Unreplayed::FallsShort(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` holds no checkpoint record, but Kafka's committed offsets name checkpoint \
              {n}: it is not this job's changelog, or it was emptied"
-        ))
+        )))
     })?;
     if checkpoint.n != n {
-        return Err(TaskFailure::Incompatible(format!(
+        return Err(Unreplayed::FallsShort(TaskFailure::Incompatible(format!(
             "the changelog topic `{topic}` ends at checkpoint {}, but Kafka's committed offsets name checkpoint {n}: \
              the topic or the offsets were changed outside weir",
             checkpoint.n
-        )));
+        ))));
     }
     let recorded = layout::decode(&checkpoint).ok().and_then(|snapshot| snapshot.shape.key_groups);
     if recorded != Some(placement.groups().count()) {
-        return Err(other_groups(job, topic, placement, recorded));
+        return Err(Unreplayed::FallsShort(other_groups(job, topic, placement, recorded)));
     }
     store.finish_replay(&checkpoint, &positions)?;
     done(what);
