@@ -398,3 +398,132 @@ brokers = "{brokers}"
     assert!(unmatched > 1000, "only {unmatched} clicks were expected unmatched");
     eprintln!("enrich-count: {} clicks ({unmatched} unmatched in phase 1), 12 kills with rescaling", first.len() + second.len());
 }
+
+/// A record of a table topic: a key, and a value or none (a tombstone).
+type Row = support::Nullable;
+
+/// Rows of 600 keys on `topic`'s partitions, each key's updates in order: rows of kind
+/// `a` or `b`, empty values, and tombstones.
+fn produce_rows(topic: &Topic) -> Vec<Row> {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let producer = support::input_producer();
+    let mut rows = Vec::new();
+    for n in 0..3_000u32 {
+        let key = format!("row-{:04}", n % 600).into_bytes();
+        let value = match n % 5 {
+            0 | 3 => Some(format!(r#"{{"kind":"a","n":{n}}}"#).into_bytes()),
+            1 => Some(format!(r#"{{"kind":"b","n":{n}}}"#).into_bytes()),
+            2 => None,
+            _ => Some(Vec::new()),
+        };
+        let partition = (n % 600) as i32 % topic.partitions;
+        let mut record = BaseRecord::<[u8], [u8]>::to(&topic.name).partition(partition).key(&key).timestamp(1_000 + i64::from(n));
+        if let Some(value) = &value {
+            record = record.payload(value);
+        }
+        producer.send(record).map_err(|(error, _)| error).expect("send a row");
+        rows.push((Some(key), value));
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    rows
+}
+
+/// The multiset of `rows`.
+fn row_counts<'a>(rows: impl IntoIterator<Item = &'a Row>) -> BTreeMap<&'a Row, usize> {
+    let mut counts = BTreeMap::new();
+    for row in rows {
+        *counts.entry(row).or_default() += 1;
+    }
+    counts
+}
+
+/// Waits until `topic` holds `expected` committed records, and compares them with it.
+fn await_rows(topic: &Topic, expected: &[Row], child: &mut std::process::Child, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let read = support::read_nullable(&topic.name, topic.partitions, Isolation::ReadCommitted);
+        if read.len() >= expected.len() {
+            assert_eq!(row_counts(&read), row_counts(expected), "{}: the committed records differ", topic.name);
+            return;
+        }
+        assert!(job::wait(child, Duration::from_millis(500)).is_none(), "weir exited; log:\n{}", job::read_log(log));
+        assert!(Instant::now() < deadline, "{}: {} of {} records after 120 s; log:\n{}", topic.name, read.len(), expected.len(), job::read_log(log));
+    }
+}
+
+/// A table topic's tombstones (null values) stay tombstones, apart from empty values:
+/// through a sink that reads the source, and through an operator that takes them
+/// marked (`tombstones = true`) and emits them; an operator without that key reads
+/// them as empty values.
+#[test]
+fn tombstones_pass_through_a_filter_and_to_a_sink_as_tombstones() {
+    let job = job::job_dir("tombstones");
+    let rows = Topic::table(&job, "rows", 2);
+    let (kept, plain, copy) = (Topic::new(&job, "kept", 2), Topic::new(&job, "plain", 2), Topic::new(&job, "copy", 2));
+    let plugin = support::plugin("py-filter");
+    job.write(
+        2,
+        200,
+        &format!(
+            r#"
+[[sources]]
+name = "rows"
+brokers = "{brokers}"
+topic = "{rows}"
+
+[[operators]]
+name = "marking"
+plugin = "{plugin}"
+inputs = ["rows"]
+tombstones = true
+[operators.config]
+field = "kind"
+equals = "a"
+
+[[operators]]
+name = "unmarking"
+plugin = "{plugin}"
+inputs = ["rows"]
+[operators.config]
+field = "kind"
+equals = "a"
+
+[[sinks]]
+name = "kept"
+topic = "{kept}"
+from = ["marking"]
+
+[[sinks]]
+name = "plain"
+topic = "{plain}"
+from = ["unmarking"]
+
+[[sinks]]
+name = "copy"
+topic = "{copy}"
+from = ["rows"]
+
+[producer]
+brokers = "{brokers}"
+"#,
+            brokers = support::brokers(),
+            rows = rows.name,
+            plugin = plugin.display(),
+            kept = kept.name,
+            plain = plain.name,
+            copy = copy.name,
+        ),
+    );
+    let input = produce_rows(&rows);
+    let of_kind_a = |row: &&Row| row.1.as_ref().is_some_and(|value| value.starts_with(br#"{"kind":"a""#));
+    let expected_kept: Vec<Row> = input.iter().filter(|row| of_kind_a(row) || row.1.is_none()).cloned().collect();
+    let expected_plain: Vec<Row> = input.iter().filter(of_kind_a).cloned().collect();
+    assert!(input.iter().any(|row| row.1.is_none()) && input.iter().any(|row| row.1.as_ref().is_some_and(Vec::is_empty)));
+    let log = job.dir.path().join("weir.log");
+    let mut child = job::start(&job.path(), &log, &[]);
+    await_rows(&copy, &input, &mut child, &log);
+    await_rows(&kept, &expected_kept, &mut child, &log);
+    await_rows(&plain, &expected_plain, &mut child, &log);
+    let status = job::terminate(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{}", job::read_log(&log));
+}

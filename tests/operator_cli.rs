@@ -271,6 +271,23 @@ fn hostile_outputs_and_tables_fail_naming_the_file_and_the_bound() {
     );
 }
 
+/// A records-file line without `value` is a tombstone: handed marked with
+/// --tombstones, as a job's `tombstones = true` hands it, and as an empty value without.
+#[test]
+fn check_hands_tombstones_as_a_job_does() {
+    let records = scratch_file("tombstones.jsonl", b"{\"key\": \"gone\"}\n{\"key\": \"row\", \"value\": {\"kind\": \"a\"}}\n");
+    let args = |tombstones: bool| {
+        let mut args = vec!["--config", "field=kind", "--config", "equals=a", "--records-file", records.to_str().unwrap()];
+        args.extend(tombstones.then_some("--tombstones"));
+        args
+    };
+    let marked = assert_passes("py-filter", &args(true));
+    assert!(marked.contains("process emitted: key \"gone\" value (none: a tombstone)"), "{marked}");
+    assert!(marked.contains("process (2 record(s) in, 2 out)"), "{marked}");
+    let unmarked = assert_passes("py-filter", &args(false));
+    assert!(unmarked.contains("process (2 record(s) in, 1 out)") && !unmarked.contains("tombstone"), "{unmarked}");
+}
+
 #[test]
 fn files_too_large_or_too_slow_to_compile_fail_naming_the_bound() {
     assert_fails(

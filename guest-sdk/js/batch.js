@@ -12,11 +12,18 @@ export const encoder = new TextEncoder();
 /** @type {Header[]} */
 const NO_HEADERS = Object.freeze([]);
 
-/** One input record. `key` and `value` are views into the batch: copy them to keep them past the call. */
+/** The value offset of a record without a value (its value length is 0): a tombstone. */
+export const NO_VALUE = 0xffffffff;
+
+/**
+ * One input record. `key` and `value` are views into the batch: copy them to keep them
+ * past the call. `value` is null for a record without a value (a tombstone), handed so
+ * only to an operator whose job file sets `tombstones = true` (to others it is empty).
+ */
 export class Record {
   /**
    * @param {Uint8Array | null} key null for a record without a key
-   * @param {Uint8Array} value
+   * @param {Uint8Array | null} value null for a tombstone
    * @param {number} timestamp event time, epoch milliseconds
    * @param {Header[]} headers
    */
@@ -32,9 +39,9 @@ export class Record {
     return this.key === null ? '' : decoder.decode(this.key);
   }
 
-  /** The value as UTF-8 text. */
+  /** The value as UTF-8 text ("" for a tombstone). */
   valueText() {
-    return decoder.decode(this.value);
+    return this.value === null ? '' : decoder.decode(this.value);
   }
 
   /** The value parsed as JSON, or `undefined` when it is not JSON. */
@@ -62,7 +69,7 @@ export function readBatch(batch) {
   for (let i = 0; i < n; i++) {
     const e = entries[i];
     const key = e.hasKey ? data.subarray(e.keyOffset, e.keyOffset + e.keyLen) : null;
-    const value = data.subarray(e.valueOffset, e.valueOffset + e.valueLen);
+    const value = e.valueOffset === NO_VALUE && e.valueLen === 0 ? null : data.subarray(e.valueOffset, e.valueOffset + e.valueLen);
     // A literal, not `new Record(...)`: no constructor call per record.
     records[i] = { __proto__: RECORD, key, value, timestamp: Number(e.timestamp), headers: perRecord === null ? NO_HEADERS : perRecord[i] };
   }

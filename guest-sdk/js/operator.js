@@ -3,7 +3,7 @@
 // a restart lives in one state object among its fields, which the SDK checkpoints and
 // restores key by key.
 
-import { encoder, toEventTime } from './batch.js';
+import { NO_VALUE, encoder, toEventTime } from './batch.js';
 
 /** Where the glue puts the current call's Output. */
 export const OUTPUT = Symbol('weir-operator output');
@@ -48,7 +48,8 @@ export class Operator {
   /**
    * Emits one record (from `process` or `onWatermark`).
    * @param {Uint8Array | null} key null for no key
-   * @param {Uint8Array | string} value bytes, or text (written as UTF-8)
+   * @param {Uint8Array | string | null} value bytes, or text (written as UTF-8); null
+   *   for a tombstone, which a compacted output topic takes as the key's deletion
    * @param {number | bigint} timestamp event time, epoch milliseconds
    * @param {import('./batch.js').Header[]} [headers]
    */
@@ -57,7 +58,7 @@ export class Operator {
     const out = this[OUTPUT];
     const keyLen = key === null ? 0 : key.length;
     // A UTF-16 unit takes at most 3 UTF-8 bytes.
-    const room = keyLen + (typeof value === 'string' ? value.length * 3 : value.length);
+    const room = keyLen + (value === null ? 0 : typeof value === 'string' ? value.length * 3 : value.length);
     let data = out.data;
     if (out.length + room > data.length) {
       const grown = new Uint8Array(Math.max(data.length * 2, out.length + room));
@@ -66,15 +67,18 @@ export class Operator {
     }
     const keyOffset = key === null ? 0 : out.length;
     if (key !== null) data.set(key, keyOffset);
-    const valueOffset = out.length + keyLen;
-    let valueLen;
-    if (typeof value === 'string') {
-      valueLen = encoder.encodeInto(value, data.subarray(valueOffset)).written;
+    const end = out.length + keyLen;
+    let valueOffset = end;
+    let valueLen = 0;
+    if (value === null) {
+      valueOffset = NO_VALUE;
+    } else if (typeof value === 'string') {
+      valueLen = encoder.encodeInto(value, data.subarray(end)).written;
     } else {
-      data.set(value, valueOffset);
+      data.set(value, end);
       valueLen = value.length;
     }
-    out.length = valueOffset + valueLen;
+    out.length = end + valueLen;
     if (timestamp !== out.lastTimestamp) {
       out.lastEventTime = toEventTime(timestamp);
       out.lastTimestamp = timestamp;

@@ -112,6 +112,19 @@ impl Emitter {
         self.emitted(entry)
     }
 
+    /// Emits a tombstone of `key` to the first output: a record without a value, which
+    /// on a compacted topic deletes the key.
+    pub fn tombstone(&mut self, key: &[u8], timestamp: i64) -> Emitted<'_> {
+        self.tombstone_to(Output::FIRST, key, timestamp)
+    }
+
+    /// Emits a tombstone of `key` to `output`.
+    pub fn tombstone_to(&mut self, output: Output, key: &[u8], timestamp: i64) -> Emitted<'_> {
+        self.route(output);
+        let entry = self.batch.push_tombstone(Some(key), timestamp);
+        self.emitted(entry)
+    }
+
     /// Emits a copy of an input record to the first output, headers included.
     pub fn forward(&mut self, record: &Record<'_>) {
         self.forward_to(Output::FIRST, record);
@@ -119,7 +132,12 @@ impl Emitter {
 
     /// Emits a copy of an input record to `output`, headers included.
     pub fn forward_to(&mut self, output: Output, record: &Record<'_>) {
-        let mut emitted = self.emit_to(output, record.key, record.value, record.timestamp);
+        self.route(output);
+        let entry = match record.tombstone {
+            true => self.batch.push_tombstone(record.key, record.timestamp),
+            false => self.batch.push(record.key, record.value, record.timestamp),
+        };
+        let mut emitted = self.emitted(entry);
         for header in record.headers {
             emitted = emitted.header(&header.name, &header.value);
         }
@@ -311,6 +329,26 @@ mod tests {
         );
         assert_eq!(records[2].key, Some(&b"key"[..]));
         assert_eq!(records[2].value, b"in place");
+    }
+
+    #[test]
+    fn tombstones_are_packed_without_a_value_and_forwarded_as_such() {
+        let mut input = Batch::pack(&[Record::without_value(Some(b"gone"), 4), Record::new(Some(b"kept"), b"", 5)]);
+        input.headers.push(Header { entry: 0, name: "h".into(), value: b"x".to_vec() });
+        let mut out = Emitter::new();
+        out.tombstone(b"k", 1).header("h", b"y");
+        out.emit(Some(b"e"), b"", 2);
+        for record in &Records::new(&input).unwrap() {
+            out.forward(&record);
+        }
+        let batch = out.into_batch();
+        assert_eq!(batch.entries[0].value_offset, packed::NO_VALUE);
+        let records: Vec<_> = Records::new(&batch).unwrap().iter().collect();
+        // Each record's key, whether it is a tombstone, and its timestamp; every value is empty.
+        let shown: Vec<_> = records.iter().map(|r| (r.key.unwrap(), r.value.is_empty(), r.tombstone, r.timestamp)).collect();
+        let expected: [(&[u8], bool, bool, i64); 4] = [(b"k", true, true, 1), (b"e", true, false, 2), (b"gone", true, true, 4), (b"kept", true, false, 5)];
+        assert_eq!(shown, expected);
+        assert_eq!((records[0].header("h"), records[2].header("h")), (Some(&b"y"[..]), Some(&b"x"[..])));
     }
 
     #[test]

@@ -19,6 +19,12 @@ pub struct Batch {
     pub headers: Vec<Header>,
 }
 
+/// The value offset of a record without a value (its value length is 0): Kafka's null
+/// value, a tombstone, which on a compacted topic deletes its key. The host hands such
+/// records so to an operator whose job file sets `tombstones = true` (to others with an
+/// empty value), and writes any that an operator emits as tombstones.
+pub const NO_VALUE: u32 = u32::MAX;
+
 /// Where one record's key and value lie in its batch's `data`, and its event time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
@@ -34,6 +40,13 @@ pub struct Entry {
     pub value_len: u32,
     /// Event time, epoch milliseconds.
     pub timestamp: i64,
+}
+
+impl Entry {
+    /// Whether the record has no value ([`NO_VALUE`]).
+    pub fn is_tombstone(&self) -> bool {
+        self.value_offset == NO_VALUE && self.value_len == 0
+    }
 }
 
 /// A header of the record at index `entry` of its batch.
@@ -65,7 +78,10 @@ impl Batch {
     pub fn pack<'a>(records: impl IntoIterator<Item = &'a Record<'a>>) -> Self {
         let mut batch = Self::default();
         for record in records {
-            let index = batch.push(record.key, record.value, record.timestamp);
+            let index = match record.tombstone {
+                true => batch.push_tombstone(record.key, record.timestamp),
+                false => batch.push(record.key, record.value, record.timestamp),
+            };
             for header in record.headers {
                 batch.headers.push(Header {
                     entry: index,
@@ -102,6 +118,15 @@ impl Batch {
             value.len(),
             timestamp,
         )
+    }
+
+    /// Appends a record without a value or headers and returns its index.
+    pub(crate) fn push_tombstone(&mut self, key: Option<&[u8]>, timestamp: i64) -> u32 {
+        let (key_offset, key_len) = match key {
+            Some(key) => (self.append(key), key.len()),
+            None => (0, 0),
+        };
+        self.push_entry(key.is_some(), key_offset, key_len, NO_VALUE, 0, timestamp)
     }
 
     /// Appends bytes to `data` and returns where they start.

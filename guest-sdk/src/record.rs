@@ -12,12 +12,16 @@ use crate::ports::Input;
 pub struct Record<'a> {
     /// The Kafka key, `None` for a record without one.
     pub key: Option<&'a [u8]>,
-    /// The Kafka value.
+    /// The Kafka value; empty for a tombstone.
     pub value: &'a [u8],
     /// Event time, epoch milliseconds.
     pub timestamp: i64,
     /// This record's headers in order (their `entry` is the record's index).
     pub headers: &'a [Header],
+    /// True for a record without a value (Kafka's null value, a tombstone): only an
+    /// operator whose job file sets `tombstones = true` is handed such records marked;
+    /// to others they come with an empty value.
+    pub tombstone: bool,
 }
 
 impl<'a> Record<'a> {
@@ -28,6 +32,18 @@ impl<'a> Record<'a> {
             value,
             timestamp,
             headers: &[],
+            tombstone: false,
+        }
+    }
+
+    /// A tombstone without headers: a record of `key` without a value.
+    pub fn without_value(key: Option<&'a [u8]>, timestamp: i64) -> Self {
+        Self {
+            key,
+            value: &[],
+            timestamp,
+            headers: &[],
+            tombstone: true,
         }
     }
 
@@ -72,7 +88,9 @@ impl<'a> Records<'a> {
             if entry.has_key {
                 check_range(data, index, "key", entry.key_offset, entry.key_len)?;
             }
-            check_range(data, index, "value", entry.value_offset, entry.value_len)?;
+            if !entry.is_tombstone() {
+                check_range(data, index, "value", entry.value_offset, entry.value_len)?;
+            }
         }
         let mut previous = 0;
         for header in headers {
@@ -144,12 +162,14 @@ impl<'a> Records<'a> {
             let start = entry.key_offset as usize;
             &self.data[start..start + entry.key_len as usize]
         });
+        let tombstone = entry.is_tombstone();
         let start = entry.value_offset as usize;
         Record {
             key,
-            value: &self.data[start..start + entry.value_len as usize],
+            value: if tombstone { &[] } else { &self.data[start..start + entry.value_len as usize] },
             timestamp: entry.timestamp,
             headers,
+            tombstone,
         }
     }
 }

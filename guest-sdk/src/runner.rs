@@ -54,7 +54,7 @@ pub struct Runner<O: Operator> {
 pub struct OwnedRecord {
     /// The Kafka key, `None` for a record without one.
     pub key: Option<Vec<u8>>,
-    /// The Kafka value.
+    /// The Kafka value; empty for a tombstone.
     pub value: Vec<u8>,
     /// Event time, epoch milliseconds.
     pub timestamp: i64,
@@ -62,6 +62,8 @@ pub struct OwnedRecord {
     pub headers: Vec<(String, Vec<u8>)>,
     /// The index of the output it goes to (0, the first, for a one-output operator).
     pub output: u8,
+    /// True for a record without a value (a tombstone).
+    pub tombstone: bool,
 }
 
 impl<O: Operator> Runner<O> {
@@ -301,6 +303,7 @@ fn unpack_to(batch: &Batch, outputs: &[u8]) -> Result<Vec<OwnedRecord>, Error> {
             output: outputs.get(index).copied().unwrap_or(0),
             key: record.key.map(<[u8]>::to_vec),
             value: record.value.to_vec(),
+            tombstone: record.tombstone,
             timestamp: record.timestamp,
             headers: record
                 .headers

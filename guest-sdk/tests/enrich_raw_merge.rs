@@ -102,6 +102,7 @@ impl Setup {
                 .map(|h| (h.name.clone(), h.value.clone()))
                 .collect(),
             output,
+            tombstone: false,
         };
         let Ok(mut fields) = serde_json::from_slice::<Map<String, Value>>(click.value) else {
             return self
@@ -175,6 +176,7 @@ fn the_merge_on_bytes_emits_what_serde_json_would() {
                     value,
                     timestamp: (round * 1000 + step as u64) as i64,
                     headers: if i % 2 == 0 { &header } else { &[] },
+                    tombstone: false,
                 })
                 .collect();
             if generator.below(3) == 0 {

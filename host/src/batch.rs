@@ -4,9 +4,15 @@
 
 use std::fmt;
 
-/// The most data bytes one batch can hold: offsets on the wire are `u32`.
-/// Producers of batches cap them far below this (by records and bytes).
-pub const MAX_DATA_BYTES: usize = u32::MAX as usize;
+/// The most data bytes one batch can hold: offsets on the wire are `u32`, and the
+/// largest is [`NO_VALUE`]. Producers of batches cap them far below this (by records
+/// and bytes).
+pub const MAX_DATA_BYTES: usize = u32::MAX as usize - 1;
+
+/// The value offset of a record that has no value (its value length is 0): Kafka's
+/// null value, a tombstone, which on a compacted topic deletes its key. No value of a
+/// batch can lie there ([`MAX_DATA_BYTES`]).
+pub const NO_VALUE: u32 = u32::MAX;
 
 /// Records and bytes ([`Batch::bytes`]: keys, values and headers) one batch holds at
 /// most, the bytes bound passed by one record at most: what a source reads into a batch, and what an operator is
@@ -42,6 +48,8 @@ pub struct Batch {
     headers: Vec<Header>,
     /// What `headers` holds, counted as [`header_bytes`] counts.
     header_bytes: usize,
+    /// Records without a value.
+    tombstones: usize,
 }
 
 /// What a header holds in a batch beyond its name and value: its entry and two owned
@@ -64,6 +72,21 @@ pub(crate) struct Entry {
     pub(crate) timestamp: i64,
 }
 
+impl Entry {
+    fn is_tombstone(&self) -> bool {
+        self.value_offset == NO_VALUE && self.value_len == 0
+    }
+
+    /// The entry with an empty value where it has none, as an operator that does not
+    /// take tombstones is handed it.
+    pub(crate) fn valued(self) -> Entry {
+        match self.is_tombstone() {
+            true => Entry { value_offset: 0, ..self },
+            false => self,
+        }
+    }
+}
+
 /// A header of the record at index `entry`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
@@ -76,10 +99,12 @@ pub(crate) struct Header {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RecordRef<'a> {
     pub key: Option<&'a [u8]>,
+    /// Empty for a record without a value ([`RecordRef::is_tombstone`]).
     pub value: &'a [u8],
     /// Event time, epoch milliseconds.
     pub timestamp: i64,
     headers: &'a [Header],
+    tombstone: bool,
 }
 
 /// Why parts received from outside (a plugin's output) do not form a batch.
@@ -126,6 +151,7 @@ impl Batch {
             entries: Vec::with_capacity(records),
             headers: Vec::new(),
             header_bytes: 0,
+            tombstones: 0,
         }
     }
 
@@ -143,7 +169,22 @@ impl Batch {
         timestamp: i64,
         headers: &[(&str, &[u8])],
     ) {
+        self.push_maybe_valued(key, Some(value), timestamp, headers);
+    }
+
+    /// Appends a record whose value may be missing (`None`: a tombstone).
+    ///
+    /// # Panics
+    /// As [`Batch::push`].
+    pub fn push_maybe_valued(
+        &mut self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp: i64,
+        headers: &[(&str, &[u8])],
+    ) {
         let key_len = key.map_or(0, <[u8]>::len);
+        let (tombstone, value) = (value.is_none(), value.unwrap_or_default());
         let needed = self.data.len() + key_len + value.len();
         assert!(
             needed <= MAX_DATA_BYTES,
@@ -159,8 +200,9 @@ impl Batch {
             }
             None => (false, 0),
         };
-        let value_offset = self.data.len() as u32;
+        let value_offset = if tombstone { NO_VALUE } else { self.data.len() as u32 };
         self.data.extend_from_slice(value);
+        self.tombstones += usize::from(tombstone);
         self.entries.push(Entry {
             has_key,
             key_offset,
@@ -181,7 +223,8 @@ impl Batch {
     /// Appends a copy of a record, e.g. one taken from another batch.
     pub fn push_record(&mut self, record: RecordRef<'_>) {
         let headers: Vec<(&str, &[u8])> = record.headers().collect();
-        self.push(record.key, record.value, record.timestamp, &headers);
+        let value = (!record.tombstone).then_some(record.value);
+        self.push_maybe_valued(record.key, value, record.timestamp, &headers);
     }
 
     pub fn len(&self) -> usize {
@@ -190,6 +233,11 @@ impl Batch {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// How many of its records have no value.
+    pub fn tombstones(&self) -> usize {
+        self.tombstones
     }
 
     /// Bytes of keys and values held.
@@ -209,13 +257,15 @@ impl Batch {
     /// If `index >= self.len()`.
     pub fn get(&self, index: usize) -> RecordRef<'_> {
         let entry = &self.entries[index];
+        let tombstone = entry.is_tombstone();
         RecordRef {
             key: entry
                 .has_key
                 .then(|| self.slice(entry.key_offset, entry.key_len)),
-            value: self.slice(entry.value_offset, entry.value_len),
+            value: if tombstone { &[] } else { self.slice(entry.value_offset, entry.value_len) },
             timestamp: entry.timestamp,
             headers: self.headers_of(index),
+            tombstone,
         }
     }
 
@@ -263,6 +313,7 @@ impl Batch {
         self.entries.clear();
         self.headers.clear();
         self.header_bytes = 0;
+        self.tombstones = 0;
     }
 
     /// The packed parts, for handing the batch to a plugin.
@@ -318,11 +369,13 @@ impl Batch {
             headers.sort_by_key(|h| h.entry);
         }
         let header_bytes = headers.iter().map(|h| header_bytes(&h.name, &h.value)).sum();
+        let tombstones = entries.iter().filter(|entry| entry.is_tombstone()).count();
         Ok(Self {
             data,
             entries,
             headers,
             header_bytes,
+            tombstones,
         })
     }
 
@@ -340,18 +393,17 @@ impl Batch {
     }
 }
 
-/// One entry of a batch from outside: its ranges lie in `data_len` bytes and its
-/// timestamp is one Kafka takes. A keyless entry's key range is zeroed, as the
-/// contract asks; whatever a guest wrote there is unused.
+/// One entry of a batch from outside: its ranges lie in `data_len` bytes (but the
+/// value of a record without one, at [`NO_VALUE`]) and its timestamp is one Kafka
+/// takes. A keyless entry's key range is zeroed, as the contract asks; whatever a
+/// guest wrote there is unused.
 fn check_entry(index: usize, entry: &mut Entry, data_len: usize) -> Result<(), BatchError> {
     if !entry.has_key {
         entry.key_offset = 0;
         entry.key_len = 0;
     }
-    for (offset, len) in [
-        (entry.key_offset, entry.key_len),
-        (entry.value_offset, entry.value_len),
-    ] {
+    let value = (!entry.is_tombstone()).then_some((entry.value_offset, entry.value_len));
+    for (offset, len) in std::iter::once((entry.key_offset, entry.key_len)).chain(value) {
         let end = u64::from(offset) + u64::from(len);
         if end > data_len as u64 {
             return Err(BatchError::OutOfBounds {
@@ -372,6 +424,11 @@ fn check_entry(index: usize, entry: &mut Entry, data_len: usize) -> Result<(), B
 }
 
 impl<'a> RecordRef<'a> {
+    /// Whether it has no value (Kafka's null value, a tombstone); its `value` is empty.
+    pub fn is_tombstone(&self) -> bool {
+        self.tombstone
+    }
+
     /// The record's headers, in order.
     pub fn headers(&self) -> impl ExactSizeIterator<Item = (&'a str, &'a [u8])> + 'a {
         self.headers
@@ -399,9 +456,12 @@ impl fmt::Debug for Batch {
 impl fmt::Debug for RecordRef<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = f.debug_struct("Record");
-        s.field("key", &self.key.map(String::from_utf8_lossy))
-            .field("value", &String::from_utf8_lossy(self.value))
-            .field("timestamp", &self.timestamp);
+        s.field("key", &self.key.map(String::from_utf8_lossy));
+        match self.tombstone {
+            true => s.field("tombstone", &true),
+            false => s.field("value", &String::from_utf8_lossy(self.value)),
+        };
+        s.field("timestamp", &self.timestamp);
         if !self.headers.is_empty() {
             let headers: Vec<_> = self
                 .headers()
@@ -439,6 +499,38 @@ mod tests {
             records[2].headers().collect::<Vec<_>>(),
             vec![("z", &b""[..])]
         );
+    }
+
+    #[test]
+    fn tombstones_are_kept_apart_from_empty_values() {
+        let mut batch = Batch::new();
+        batch.push_maybe_valued(Some(b"gone"), None, 1, &[("h", b"x")]);
+        batch.push(Some(b"kept"), b"", 2, &[]);
+        let copy = batch.copy_of(0..2);
+        for batch in [&batch, &copy] {
+            assert_eq!(batch.tombstones(), 1);
+            let records: Vec<_> = batch.iter().collect();
+            assert_eq!((records[0].value, records[0].is_tombstone()), (&b""[..], true));
+            assert_eq!((records[1].value, records[1].is_tombstone()), (&b""[..], false));
+            assert_eq!(records[0].headers().collect::<Vec<_>>(), vec![("h", &b"x"[..])]);
+        }
+        let (_, entries, _) = batch.parts();
+        assert_eq!(entries[0].value_offset, NO_VALUE);
+        assert_eq!((entries[0].valued().value_offset, entries[1].valued()), (0, entries[1]));
+        batch.clear();
+        assert_eq!(batch.tombstones(), 0);
+    }
+
+    #[test]
+    fn from_parts_takes_a_value_at_no_value_as_a_tombstone_only_if_empty() {
+        let entries = vec![value_entry(NO_VALUE, 0, 1), value_entry(0, 1, 2)];
+        let batch = Batch::from_parts(b"a".to_vec(), entries, vec![], ANY).unwrap();
+        assert_eq!(batch.tombstones(), 1);
+        assert!(batch.get(0).is_tombstone() && !batch.get(1).is_tombstone());
+        assert!(matches!(
+            Batch::from_parts(b"a".to_vec(), vec![value_entry(NO_VALUE, 1, 1)], vec![], ANY),
+            Err(BatchError::OutOfBounds { index: 0, .. })
+        ));
     }
 
     #[test]

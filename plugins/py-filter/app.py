@@ -2,8 +2,11 @@
 
 Config: `field` (a top-level field name) and `equals` (compared with a string field
 as is, with any other JSON value in its compact JSON form: `42`, `true`, `null`).
-Kept records pass unchanged, headers included; the rest are dropped. Stateless:
-implements weir:operator@0.2 with empty snapshots, and refuses to restore entries.
+Kept records pass unchanged, headers included; the rest are dropped. Tombstones
+(records without a value, handed marked when the job file sets `tombstones = true`)
+pass too: a filter of a compacted topic's rows then deletes what the topic deletes.
+Stateless: implements weir:operator@0.2 with empty snapshots, and refuses to restore
+entries.
 """
 
 import json
@@ -13,6 +16,9 @@ from componentize_py_types import Err
 from wit_world.imports import log, types
 
 KNOWN_KEYS = ("field", "equals")
+
+# The value offset of a record without a value (its value length is 0).
+NO_VALUE = 0xFFFFFFFF
 
 # Set once by `init`; module globals, since the exports hold no instance state.
 _field = None
@@ -64,7 +70,8 @@ class WitWorld(wit_world.WitWorld):
         renumbered = {}
         for index, entry in enumerate(batch.entries):
             start = entry.value_offset
-            if _matches(data[start:start + entry.value_len]):
+            tombstone = start == NO_VALUE and entry.value_len == 0
+            if tombstone or _matches(data[start:start + entry.value_len]):
                 renumbered[index] = len(kept)
                 kept.append(entry)
         # Kept entries still point into the input's data: no bytes are copied.

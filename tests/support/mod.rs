@@ -85,6 +85,15 @@ pub fn read_to_end(topic: &str, partitions: i32, isolation: Isolation) -> Vec<Re
     })
 }
 
+/// A record's key and value, a value `None` for a tombstone.
+pub type Nullable = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Each record's key and value, a value `None` for a tombstone (where `read_to_end`
+/// reads an empty value).
+pub fn read_nullable(topic: &str, partitions: i32, isolation: Isolation) -> Vec<Nullable> {
+    read_each(topic, partitions, isolation, |message| (message.key().map(<[u8]>::to_vec), message.payload().map(<[u8]>::to_vec)))
+}
+
 /// One record read back with its headers: (partition, key, value, headers).
 pub type ReadWithHeaders = (i32, Option<Vec<u8>>, Vec<u8>, Vec<(String, Vec<u8>)>);
 

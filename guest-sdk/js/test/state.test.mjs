@@ -168,3 +168,27 @@ test('an error of the operator names the plugin and the call', () => {
   assert.throws(() => total.set('k', 1), /a state key must be a record's key/);
   assert.throws(() => new KeyedState({ version: 256 }), /state version must be an integer from 1 to 255/);
 });
+
+/** Emits a tombstone for the value "delete"; forwards every other record. */
+class Deleter extends Operator {
+  static plugin = 'deleter';
+
+  process(list) {
+    for (const r of list) {
+      if (r.valueText() === 'delete') this.emit(r.key, null, r.timestamp);
+      else this.forward(r);
+    }
+  }
+}
+
+test('tombstones: handed as a null value, emitted and forwarded at value offset NO_VALUE', () => {
+  const exports = exportOperator(Deleter);
+  exports.init([]);
+  const input = batch([['a', '', 1], ['b', 'delete', 2], ['c', 'kept', 3]]);
+  // The host marks a tombstone so for an operator with `tombstones = true`.
+  input.entries.push({ hasKey: true, keyOffset: 0, keyLen: 1, valueOffset: 0xffffffff, valueLen: 0, timestamp: 4n });
+  const out = exports.process(input);
+  const shown = out.entries.map((e) => [e.valueOffset === 0xffffffff ? null : e.valueLen, Number(e.timestamp)]);
+  assert.deepEqual(shown, [[0, 1], [null, 2], [4, 3], [null, 4]]);
+  assert.deepEqual(out.entries.map((e) => e.valueLen), [0, 0, 4, 0]);
+});

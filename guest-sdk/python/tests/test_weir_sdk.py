@@ -49,26 +49,33 @@ HostLog.Level = Level
 log._host = HostLog
 
 
+NO_VALUE = 0xFFFFFFFF
+
+
 def batch(*records):
-    """A packed batch of (key, value, timestamp[, headers]) records."""
+    """A packed batch of (key, value, timestamp[, headers]) records; a value None is a
+    tombstone, as the host hands it to an operator with `tombstones = true`."""
     data, entries, headers = bytearray(), [], []
     for index, (key, value, timestamp, *rest) in enumerate(records):
         key_offset = len(data) if key is not None else 0
         data += key or b""
-        entries.append(types.Entry(key is not None, key_offset, len(key or b""), len(data), len(value), timestamp))
-        data += value
+        value_offset = len(data) if value is not None else NO_VALUE
+        entries.append(types.Entry(key is not None, key_offset, len(key or b""), value_offset, len(value or b""), timestamp))
+        data += value or b""
         for name, header in (rest[0] if rest else []):
             headers.append(types.Header(index, name, header))
     return types.Batch(bytes(data), entries, headers)
 
 
 def out(result):
-    """An emitted batch's records as (key, value, timestamp, headers)."""
+    """An emitted batch's records as (key, value, timestamp, headers), a value None for
+    a tombstone."""
     if isinstance(result, types.Emitted):
         result = result.batch
     data = result.data
     return [(data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
-             data[e.value_offset:e.value_offset + e.value_len], e.timestamp,
+             None if (e.value_offset, e.value_len) == (NO_VALUE, 0)
+             else data[e.value_offset:e.value_offset + e.value_len], e.timestamp,
              [(h.name, h.value) for h in result.headers if h.entry == i])
             for i, e in enumerate(result.entries)]
 
@@ -285,6 +292,24 @@ class RecordsTest(unittest.TestCase):
         self.assertRegex(caught.exception.value, r"^KeyError: 'missing' \(at .*test_weir_sdk.py:\d+, in process\)$")
         self.assertEqual(out(instance.process(0, batch((b"a", b"x", 13)))), [(b"a", b"3", 13, [])],
                          "what the failed call emitted is not emitted later")
+
+
+class Deleter(weir_sdk.Operator):
+    """Emits a tombstone for the value b"delete"; forwards every other record."""
+
+    def process(self, records):
+        for record in records:
+            if record.value == b"delete":
+                self.emit(record.key, None, record.timestamp)
+            else:
+                self.forward(record)
+
+
+class TombstonesTest(unittest.TestCase):
+    def test_tombstones_come_as_none_and_are_emitted_and_forwarded_as_such(self):
+        instance = world(Deleter)
+        result = out(instance.process(0, batch((b"a", None, 1, [("h", b"1")]), (b"b", b"", 2), (b"c", b"delete", 3))))
+        self.assertEqual(result, [(b"a", None, 1, [("h", b"1")]), (b"b", b"", 2, []), (b"c", None, 3, [])])
 
 
 class Join(weir_sdk.Operator):

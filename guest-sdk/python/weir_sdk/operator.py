@@ -62,13 +62,14 @@ class Operator:
                          f"reads version {self.state_version}; define upgrade_state to "
                          "convert it, or restore a snapshot of this version")
 
-    def emit(self, key: Optional[Bytes], value: Bytes, timestamp: int,
+    def emit(self, key: Optional[Bytes], value: Optional[Bytes], timestamp: int,
              headers: Headers = ()) -> None:
-        """Emits a record: `key` (None: no key), `value` (bytes, or str as UTF-8),
-        event time `timestamp` in epoch ms, and `headers` as (name, bytes) pairs."""
+        """Emits a record: `key` (None: no key), `value` (bytes, or str as UTF-8; None:
+        a tombstone, which a compacted output topic takes as the key's deletion), event
+        time `timestamp` in epoch ms, and `headers` as (name, bytes) pairs."""
         raise Error("emit is available once the operator is exported and initialised")
 
-    def emit_to(self, output: Any, key: Optional[Bytes], value: Bytes, timestamp: int,
+    def emit_to(self, output: Any, key: Optional[Bytes], value: Optional[Bytes], timestamp: int,
                 headers: Headers = ()) -> None:
         """Emits a record to `output`: a name in `Config.outputs`, or its index (as
         `Config.output(name)` gives it; 0 is the first output, where `emit` goes)."""

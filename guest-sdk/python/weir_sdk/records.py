@@ -10,14 +10,18 @@ Bytes = Union[bytes, bytearray, str]
 
 _NO_HEADERS: Tuple[Tuple[str, bytes], ...] = ()
 _tuple_new = tuple.__new__
+# The value offset of a record without a value (its value length is 0): a tombstone.
+_NO_VALUE = 0xFFFFFFFF
 
 
 class Record(NamedTuple):
     """One input record. `key` is None for a record without a key (its state key is
-    then the empty key b""); `timestamp` is its event time in epoch milliseconds."""
+    then the empty key b""); `value` is None for a record without a value (a tombstone,
+    handed so only to an operator whose job file sets `tombstones = true`; to others it
+    comes as b""); `timestamp` is its event time in epoch milliseconds."""
 
     key: Optional[bytes]
-    value: bytes
+    value: Optional[bytes]
     timestamp: int
     headers: Headers = _NO_HEADERS
 
@@ -52,14 +56,16 @@ def _records(batch: Any) -> List[Record]:
     new, record = _tuple_new, Record
     if not batch.headers:
         return [new(record, (data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
-                             data[e.value_offset:e.value_offset + e.value_len],
+                             data[e.value_offset:e.value_offset + e.value_len]
+                             if e.value_offset != _NO_VALUE else None,
                              e.timestamp, _NO_HEADERS))
                 for e in batch.entries]
     by_entry: Dict[int, List[Tuple[str, bytes]]] = {}
     for header in batch.headers:
         by_entry.setdefault(header.entry, []).append((header.name, header.value))
     return [new(record, (data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
-                         data[e.value_offset:e.value_offset + e.value_len],
+                         data[e.value_offset:e.value_offset + e.value_len]
+                         if e.value_offset != _NO_VALUE else None,
                          e.timestamp, by_entry.get(index, _NO_HEADERS)))
             for index, e in enumerate(batch.entries)]
 
@@ -77,10 +83,11 @@ class Output:
         self._headers: List[Any] = []
         self._routed: List[Tuple[int, int]] = []
 
-    def emit(self, key: Optional[Bytes], value: Bytes, timestamp: int,
+    def emit(self, key: Optional[Bytes], value: Optional[Bytes], timestamp: int,
              headers: Headers = _NO_HEADERS) -> None:
-        """Emits a record: `key` (None: no key), `value` (bytes, or str as UTF-8),
-        event time `timestamp` (epoch ms) and `headers` as (name, value) pairs."""
+        """Emits a record: `key` (None: no key), `value` (bytes, or str as UTF-8; None: a
+        tombstone), event time `timestamp` (epoch ms) and `headers` as (name, value)
+        pairs."""
         data = self._data
         if key is None:
             key_offset = key_len = 0
@@ -90,16 +97,19 @@ class Output:
             key_offset = len(data)
             key_len = len(key)
             data += key
-        if isinstance(value, str):
-            value = value.encode()
-        value_offset = len(data)
-        data += value
+        if value is None:
+            value_offset, value_len = _NO_VALUE, 0
+        else:
+            if isinstance(value, str):
+                value = value.encode()
+            value_offset, value_len = len(data), len(value)
+            data += value
         if headers:
             self._add_headers(len(self._entries), headers)
         self._entries.append(self._entry(key is not None, key_offset, key_len,
-                                         value_offset, len(value), timestamp))
+                                         value_offset, value_len, timestamp))
 
-    def emit_to(self, output: int, key: Optional[Bytes], value: Bytes, timestamp: int,
+    def emit_to(self, output: int, key: Optional[Bytes], value: Optional[Bytes], timestamp: int,
                 headers: Headers = _NO_HEADERS) -> None:
         """`emit` to output index `output`, which the caller has checked (0 to 255)."""
         self.emit(key, value, timestamp, headers)

@@ -47,8 +47,8 @@ impl<V> Default for Table<V> {
 
 impl<V> Table<V> {
     /// Applies an update of the table input: `record`'s key (the empty key for none)
-    /// now holds `row(value)`, or nothing if the value is empty (a tombstone, for which
-    /// `row` is not called).
+    /// now holds `row(value)`, or nothing if the value is empty or missing (a
+    /// tombstone, for which `row` is not called).
     pub fn update(&mut self, record: &Record<'_>, row: impl FnOnce(&[u8]) -> V) {
         let key = record.key.unwrap_or_default();
         if record.value.is_empty() {

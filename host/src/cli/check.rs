@@ -15,7 +15,7 @@ use weir::batch::Batch;
 use weir::job;
 use weir::operator::{
     Emitted, Limits, LoadLimits, LogLimits, OperatorInstance, Plugin, PluginInfo, Ports, Runtime,
-    RuntimeConfig, World,
+    RuntimeConfig, Tombstones, World,
 };
 use weir::chunk::{RestoreChunks, StateChanges};
 
@@ -65,6 +65,11 @@ pub(super) struct CheckArgs {
     /// key once.
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
     config: Vec<(String, String)>,
+    /// Hand records without a value (a --records-file line without `value`) to the
+    /// plugin as tombstones (value offset 0xFFFFFFFF), as the job file's
+    /// `tombstones = true` does; without it, with an empty value.
+    #[arg(long)]
+    tombstones: bool,
     /// The names of the operator's inputs, in the job file's order, as `init` gets them
     /// (a weir:operator@0.3 plugin; a 0.2 plugin has exactly one): in the graph form its
     /// `inputs`; in a chain, the operator before it, or `source` for the first.
@@ -86,7 +91,8 @@ pub(super) struct CheckArgs {
     records: Vec<InputRecord>,
     /// A file of records for the `process` call, after the --record ones: one JSON
     /// object per line, `{"key": "u1", "value": {"amount": 3}, "timestamp": 1000}`
-    /// (`key` optional; a `value` that is not a string is passed as compact JSON).
+    /// (`key` optional; a `value` that is not a string is passed as compact JSON; a
+    /// line without `value` is a record without one, a tombstone).
     #[arg(long, value_name = "FILE")]
     records_file: Option<PathBuf>,
     /// Event time to advance to after the records (epoch ms); default: the end of
@@ -113,7 +119,8 @@ pub(super) struct CheckArgs {
 #[derive(Clone, Debug, PartialEq)]
 struct InputRecord {
     key: Option<Vec<u8>>,
-    value: Vec<u8>,
+    /// `None`: a tombstone.
+    value: Option<Vec<u8>>,
     timestamp: Option<i64>,
 }
 
@@ -131,6 +138,7 @@ pub(super) fn run(mut args: CheckArgs) -> anyhow::Result<()> {
             lines_per_sec: args.log_lines_per_sec,
             bytes_per_sec: args.log_kib_per_sec << 10,
         },
+        tombstones: if args.tombstones { Tombstones::Marked } else { Tombstones::AsEmpty },
     };
     let load = LoadLimits {
         max_bytes: args.max_plugin_mb << 20,
@@ -313,7 +321,7 @@ fn exercise(
     let mut batch = Batch::new();
     for (position, record) in (0..).zip(records) {
         let timestamp = record.timestamp.unwrap_or(position);
-        batch.push(record.key.as_deref(), &record.value, timestamp, &[]);
+        batch.push_maybe_valued(record.key.as_deref(), record.value.as_deref(), timestamp, &[]);
     }
     let outputs = instance.ports().outputs.clone();
     let per_output = |emitted: Emitted| -> Vec<usize> {
@@ -372,7 +380,8 @@ fn print_records(call: &str, emitted: &Emitted, outputs: &[String], room: usize)
         } else {
             String::new()
         };
-        println!("  {call} emitted: key {key} value {} @{}{to}", shown(record.value), record.timestamp);
+        let value = if record.is_tombstone() { "(none: a tombstone)".to_owned() } else { shown(record.value) };
+        println!("  {call} emitted: key {key} value {value} @{}{to}", record.timestamp);
     }
     emitted.len().min(room)
 }
@@ -404,7 +413,7 @@ fn parse_record(spec: &str) -> Result<InputRecord, String> {
     };
     Ok(InputRecord {
         key,
-        value: value.as_bytes().to_vec(),
+        value: Some(value.as_bytes().to_vec()),
         timestamp,
     })
 }
@@ -414,8 +423,14 @@ fn parse_record(spec: &str) -> Result<InputRecord, String> {
 #[serde(deny_unknown_fields)]
 struct RecordLine {
     key: Option<String>,
-    value: serde_json::Value,
+    /// `None` where the line has no `value`; a JSON `null` is the value `null`.
+    #[serde(default, deserialize_with = "present")]
+    value: Option<serde_json::Value>,
     timestamp: Option<i64>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    <serde_json::Value as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 fn read_records_file(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
@@ -431,10 +446,10 @@ fn read_records_file(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
                 path.display()
             )
         })?;
-        let value = match line.value {
+        let value = line.value.map(|value| match value {
             serde_json::Value::String(text) => text.into_bytes(),
             other => other.to_string().into_bytes(),
-        };
+        });
         records.push(InputRecord {
             key: line.key.map(String::into_bytes),
             value,
@@ -503,7 +518,7 @@ mod tests {
     fn records_parse_with_and_without_key_and_timestamp() {
         let record = |key: Option<&str>, value: &str, timestamp| InputRecord {
             key: key.map(|key| key.as_bytes().to_vec()),
-            value: value.as_bytes().to_vec(),
+            value: Some(value.as_bytes().to_vec()),
             timestamp,
         };
         for (spec, expected) in [
@@ -518,6 +533,15 @@ mod tests {
         ] {
             assert_eq!(parse_record(spec).unwrap(), expected, "{spec}");
         }
+    }
+
+    #[test]
+    fn a_records_file_line_without_a_value_is_a_tombstone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.jsonl");
+        std::fs::write(&path, "{\"key\": \"k\"}\n{\"key\": \"k\", \"value\": null}\n{\"value\": \"\"}\n").unwrap();
+        let values: Vec<Option<Vec<u8>>> = read_records_file(&path).unwrap().into_iter().map(|record| record.value).collect();
+        assert_eq!(values, [None, Some(b"null".to_vec()), Some(Vec::new())]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::chunk;
 use crate::dataflow::{InputTopics, KeyGroups, Shard, TaskFailure, input_id, within_max_partitions};
 use crate::job::{self, Job, Port};
 use crate::metrics::{Metrics, progress};
-use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin, Ports};
+use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin, Ports, Tombstones};
 use crate::sink::{self, Delivery, Member, ShardSink, Sink, SinkConfig, SinkError};
 use crate::source;
 use crate::state::changelog;
@@ -1039,6 +1039,7 @@ pub(super) fn operator_limits(spec: &job::Operator) -> Limits {
             lines_per_sec: spec.log_lines_per_sec,
             bytes_per_sec: u64::from(spec.log_kib_per_sec) << 10,
         },
+        tombstones: if spec.tombstones { Tombstones::Marked } else { Tombstones::AsEmpty },
     }
 }
 

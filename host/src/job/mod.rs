@@ -281,6 +281,10 @@ pub struct Operator {
     /// local; an operator that keeps state needs it.
     #[serde(default)]
     pub key_by: bool,
+    /// Hand its input records without a value (tombstones) marked as such
+    /// (`operator::Tombstones::Marked`) rather than with an empty value.
+    #[serde(default)]
+    pub tombstones: bool,
     #[serde(
         default = "default_memory_limit_mb",
         deserialize_with = "memory_limit_mb"

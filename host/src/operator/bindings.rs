@@ -12,6 +12,7 @@ use wasmtime::component::{ComponentType, Func, Instance, Lift, Lower, TypedFunc}
 use wasmtime::{AsContextMut, Store};
 
 use super::error::OutputsError;
+use super::instance::Tombstones;
 use super::ports::Emitted;
 use super::sandbox::HostState;
 use crate::batch::{Batch, BatchError, Entry, Header, OutputBound};
@@ -453,10 +454,20 @@ fn decode_entry(bytes: &[u8; ENTRY_SIZE]) -> Entry {
     }
 }
 
-/// Calls `f` with `batch` in wire form. Nothing is copied but the (rare)
-/// headers' references: the wire batch borrows the host's buffers.
-pub(super) fn with_wire<R>(batch: &Batch, f: impl FnOnce(WireBatch<'_>) -> R) -> R {
+/// Calls `f` with `batch` in wire form, its records without a value as `tombstones`
+/// says. Nothing is copied but the (rare) headers' references, and the entries of a
+/// batch with tombstones to be handed as empty values: the wire batch borrows the
+/// host's buffers.
+pub(super) fn with_wire<R>(batch: &Batch, tombstones: Tombstones, f: impl FnOnce(WireBatch<'_>) -> R) -> R {
     let (data, entries, headers) = batch.parts();
+    let valued: Vec<Entry>;
+    let entries = match tombstones {
+        Tombstones::AsEmpty if batch.tombstones() > 0 => {
+            valued = entries.iter().map(|entry| entry.valued()).collect();
+            &valued
+        }
+        _ => entries,
+    };
     let headers: Vec<types::HeaderParam<'_>> = headers
         .iter()
         .map(|h| types::HeaderParam {

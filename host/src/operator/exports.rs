@@ -11,6 +11,7 @@ use super::bindings::{
     WireStateChunk, v0_2, v0_3, with_wire,
 };
 use super::contract::World;
+use super::instance::Tombstones;
 use super::ports::Ports;
 use super::sandbox::HostState;
 use crate::batch::Batch;
@@ -110,15 +111,16 @@ impl Exports {
         store: &mut Store<HostState>,
         input: u32,
         batch: &Batch,
+        tombstones: Tombstones,
     ) -> Returned<WireEmitted> {
         match &self.world {
             WorldExports::V0_2 { process, .. } => {
                 debug_assert_eq!(input, 0, "a 0.2 operator has one input");
-                let emitted = with_wire(batch, |wire| process.call(store, wire))?;
+                let emitted = with_wire(batch, tombstones, |wire| process.call(store, wire))?;
                 Ok(emitted.map(WireEmitted::from))
             }
             WorldExports::V0_3 { process, .. } => {
-                with_wire(batch, |wire| process.call(store, input, wire))
+                with_wire(batch, tombstones, |wire| process.call(store, input, wire))
             }
         }
     }

@@ -35,6 +35,20 @@ pub struct Limits {
     pub max_output_bytes: u64,
     /// How much of the guest's log and stdio reaches the host log.
     pub log: LogLimits,
+    /// How it is handed records without a value.
+    pub tombstones: Tombstones,
+}
+
+/// How an operator is handed input records without a value (Kafka's null value, a
+/// tombstone). Whichever, it may emit such records itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tombstones {
+    /// With an empty value, which every plugin reads.
+    #[default]
+    AsEmpty,
+    /// With value offset [`crate::batch::NO_VALUE`] and length 0, for a plugin that
+    /// tells them from empty values (the job file's `tombstones = true`).
+    Marked,
 }
 
 impl Default for Limits {
@@ -45,6 +59,7 @@ impl Default for Limits {
             max_output_records: 1_000_000,
             max_output_bytes: 64 << 20,
             log: LogLimits::default(),
+            tombstones: Tombstones::AsEmpty,
         }
     }
 }
@@ -236,8 +251,9 @@ impl OperatorInstance {
             self.id,
             self.ports.describe()
         );
+        let tombstones = self.limits.tombstones;
         let output = self.call(Call::Process, |live| {
-            live.exports.process(&mut live.store, input, batch)
+            live.exports.process(&mut live.store, input, batch, tombstones)
         })?;
         self.emitted(Call::Process, output)
     }

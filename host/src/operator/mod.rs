@@ -23,7 +23,7 @@ mod stdio;
 
 pub use contract::{EXPORTS, PACKAGE, World, compatible, host_version};
 pub use error::{Call, OperatorError, OperatorId, OutputsError, PluginError};
-pub use instance::{Limits, OperatorInstance, Probe};
+pub use instance::{Limits, OperatorInstance, Probe, Tombstones};
 pub use ports::{Emitted, MAX_OUTPUTS, Ports};
 pub use plugin::{Compiled, DEFAULT_COMPILE_TIMEOUT, LoadLimits, Plugin, PluginInfo};
 pub use stdio::LogLimits;

@@ -457,11 +457,13 @@ impl Sink {
         self.enqueue(message)
     }
 
-    /// Hands one record, its headers and `extra_headers` to the producer.
+    /// Hands one record, its headers and `extra_headers` to the producer; one without
+    /// a value as a tombstone (a null value).
     fn produce(&self, topic: &str, record: RecordRef<'_>, extra_headers: &[(&str, &str)]) -> Result<(), SinkError> {
-        let mut message = BaseRecord::<[u8], [u8]>::to(topic)
-            .payload(record.value)
-            .timestamp(record.timestamp);
+        let mut message = BaseRecord::<[u8], [u8]>::to(topic).timestamp(record.timestamp);
+        if !record.is_tombstone() {
+            message = message.payload(record.value);
+        }
         if let Some(key) = record.key {
             message = message.key(key);
         }

@@ -201,9 +201,10 @@ impl Fetched {
         bytes(raw.key.cast_const(), raw.key_len)
     }
 
-    pub(crate) fn payload(&self) -> &[u8] {
+    /// The record's value; `None` for a tombstone (a null value).
+    pub(crate) fn payload(&self) -> Option<&[u8]> {
         let raw = self.raw();
-        bytes(raw.payload.cast_const(), raw.len).unwrap_or_default()
+        bytes(raw.payload.cast_const(), raw.len)
     }
 
     /// The record's headers, in order; a header without a value reads as empty, a

@@ -335,7 +335,7 @@ impl SourceTask {
             let timestamp = message.timestamp().unwrap_or(0);
             let headers = message.headers();
             let headers: Vec<(&str, &[u8])> = headers.iter().map(|(name, value)| (name.as_ref(), *value)).collect();
-            records.batch.push(message.key(), message.payload(), timestamp, &headers);
+            records.batch.push_maybe_valued(message.key(), message.payload(), timestamp, &headers);
             records.origins.push(Origin { partition: input_id(self.source, partition), offset: message.offset() });
             let state = self
                 .partitions
