@@ -494,19 +494,36 @@ fn incomplete_bases_are_never_used() {
     assert!(text.contains("rebuilding keyed state from the whole changelog"), "no rebuild:\n{text}");
 }
 
-#[test]
-fn a_malformed_segment_stops_the_restore_naming_topic_partition_and_offset() {
-    let job = job::job_dir("seg-malformed");
+/// A window-count job (`prefix`) that has read and committed 8 000 records, stopped.
+/// Returns it, its log and its input.
+fn committed_and_stopped(prefix: &str, seed: u64) -> (JobDir, std::path::PathBuf, Vec<Input>) {
+    let job = job::job_dir(prefix);
     topics(&job);
     job.window_count(2, 150, WINDOW_MS as u64, "");
     let log = job.dir.path().join("weir.log");
-    let (_, input) = produce_paced(&job.input, Clicks::new(43, PARTITIONS, 2_000), 4).join().unwrap();
+    let (_, input) = produce_paced(&job.input, Clicks::new(seed, PARTITIONS, 2_000), 4).join().unwrap();
     let mut child = job::start(&job.path(), &log, &[]);
     let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
     wait_committed(&job.name, &job.input, &ends, &mut child, &log);
+    // A stop folds every committed checkpoint into the store.
     assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    (job, log, input)
+}
+
+#[test]
+fn a_malformed_segment_stops_the_restore_naming_topic_partition_and_offset() {
+    let (job, log, _) = committed_and_stopped("seg-malformed", 43);
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
     restore_stops_on_a_malformed_segment(&job, &log);
+}
+
+#[test]
+fn a_segment_of_an_operator_the_job_lacks_stops_the_restore() {
+    let (job, log, input) = committed_and_stopped("seg-stage", 45);
+    std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
+    // Well formed, of key group 22, but of a sixth operator: the job has one.
+    let segment = (packed_key(b's', 5, 22, 0, 9_998), packed_entries(&[(&key_in_group(&input, 22), b"state")]));
+    restore_stops_on(&job, &log, segment, "state of operator 5 (counting from 0), and the job has 1 operators");
 }
 
 /// A state_dir one checkpoint behind Kafka's committed offsets (killed after a commit,
@@ -515,17 +532,8 @@ fn a_malformed_segment_stops_the_restore_naming_topic_partition_and_offset() {
 /// state_dir only to fail on the same record.
 #[test]
 fn a_malformed_segment_in_the_tail_stops_the_restore_and_leaves_the_state_dir() {
-    let job = job::job_dir("seg-malformed-tail");
-    topics(&job);
-    job.window_count(2, 150, WINDOW_MS as u64, "");
-    let log = job.dir.path().join("weir.log");
-    let (_, input) = produce_paced(&job.input, Clicks::new(47, PARTITIONS, 2_000), 4).join().unwrap();
-    let mut child = job::start(&job.path(), &log, &[]);
-    let ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, input.iter().filter(|r| r.0 == p).count() as i64)).collect();
-    wait_committed(&job.name, &job.input, &ends, &mut child, &log);
-    // A stop folds every committed checkpoint into the store; the next start's second
-    // checkpoint is committed, and not folded.
-    assert!(job::terminate(&mut child, Duration::from_secs(60)).success());
+    let (job, log, _) = committed_and_stopped("seg-malformed-tail", 47);
+    // The next start's second checkpoint is committed, and not folded.
     kill_at_steps(&job, &log, &[(2, "after-commit", false)], &[]);
     let text = restore_stops_on_a_malformed_segment(&job, &log);
     let restart = &text[text.rfind("killing the process at AfterCommit").expect("the kill is logged")..];
@@ -535,14 +543,20 @@ fn a_malformed_segment_in_the_tail_stops_the_restore_and_leaves_the_state_dir() 
 }
 
 /// Writes a segment whose one entry claims a key of 100 bytes in a value of 4 at the end
-/// of key group 22's partition, then starts the job: it must stop with an error naming
-/// the record, nothing committed and nothing written. Returns the log.
+/// of key group 22's partition, then starts the job: as `restore_stops_on`.
 fn restore_stops_on_a_malformed_segment(job: &JobDir, log: &std::path::Path) -> String {
+    restore_stops_on(job, log, (packed_key(b's', 0, 22, 0, 9_999), vec![1, 100, 1, b'k']), "runs past the value")
+}
+
+/// Writes `record`, a packed record of key group 22 (its key and value), at the end of
+/// that group's partition of the changelog, then starts the job: it must stop with an
+/// error naming the record and saying `why`, nothing committed and nothing written.
+/// Returns the log.
+fn restore_stops_on(job: &JobDir, log: &std::path::Path, (key, value): (Vec<u8>, Vec<u8>), why: &str) -> String {
     let changelog = format!("{}-changelog", job.name);
-    let group = 22;
-    let partition = partition_of(group);
+    let partition = partition_of(22);
     let offset = support::end_offset(&changelog, partition);
-    produce_raw(&changelog, &[(partition, packed_key(b's', 0, group, 0, 9_999), vec![1, 100, 1, b'k'])]);
+    produce_raw(&changelog, &[(partition, key, value)]);
     let committed = support::committed_offsets(&job.name, &job.input, PARTITIONS);
     let output_before = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
     let mut child = job::start(&job.path(), log, &[]);
@@ -551,7 +565,7 @@ fn restore_stops_on_a_malformed_segment(job: &JobDir, log: &std::path::Path) -> 
     assert!(!status.success(), "weir exited {status}; log:\n{text}");
     let wanted = format!("the changelog topic `{changelog}` holds a record weir did not write for job `{}` at partition {partition} offset {offset}", job.name);
     assert!(text.contains(&wanted), "no error naming topic, partition and offset ({wanted}):\n{text}");
-    assert!(text.contains("runs past the value"), "the error says what is wrong:\n{text}");
+    assert!(text.contains(why), "the error says what is wrong ({why}):\n{text}");
     assert_eq!(support::committed_offsets(&job.name, &job.input, PARTITIONS), committed, "nothing committed");
     let output = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
     assert!(output == output_before, "nothing written");

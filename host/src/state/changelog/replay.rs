@@ -109,7 +109,8 @@ fn read_share(
         Emptiness::Held => BTreeSet::new(),
     };
     let consumer = super::reader_for(job, topic, share.iter().copied())?;
-    let mut replayed = Replayed::new(store, placement, (&job.name, topic), positions, Emptied::new(emptied));
+    let stages = u32::try_from(job.operators.len()).unwrap_or(u32::MAX);
+    let mut replayed = Replayed::new(store, (placement, stages), (&job.name, topic), positions, Emptied::new(emptied));
     let mut firsts = BTreeMap::new();
     let mut read_progress = ReadProgress::expect(share, ranges, work);
     super::read_to_end(&consumer, topic, share.len() as u32, |partition, offset, message| {
@@ -212,6 +213,8 @@ pub(super) struct Replayed<'a> {
     store: &'a CheckpointStore,
     placement: Placement,
     key_groups: KeyGroups,
+    /// The job's operators: a record of a stage past them is no record of this job.
+    stages: u32,
     job: &'a str,
     topic: &'a str,
     /// Replayed entries not yet written, by stage, in the order read.
@@ -231,12 +234,20 @@ pub(super) struct Replayed<'a> {
 }
 
 impl<'a> Replayed<'a> {
-    /// Nothing read yet; `positions`: where the read starts, per partition.
-    fn new(store: &'a CheckpointStore, placement: Placement, (job, topic): (&'a str, &'a str), positions: BTreeMap<i32, i64>, emptied: Emptied) -> Self {
+    /// Nothing read yet, of a job of `stages` operators; `positions`: where the read
+    /// starts, per partition.
+    fn new(
+        store: &'a CheckpointStore,
+        (placement, stages): (Placement, u32),
+        (job, topic): (&'a str, &'a str),
+        positions: BTreeMap<i32, i64>,
+        emptied: Emptied,
+    ) -> Self {
         Replayed {
             store,
             placement,
             key_groups: placement.groups(),
+            stages,
             job,
             topic,
             pending: BTreeMap::new(),
@@ -270,7 +281,10 @@ impl<'a> Replayed<'a> {
                 )),
                 None => foreign(why),
             })?;
-            let group = packed.key.group;
+            let (stage, group) = (packed.key.stage, packed.key.group);
+            if stage >= self.stages {
+                return Err(foreign(self.past_the_operators(stage)));
+            }
             if group >= self.key_groups.count() || self.placement.partition_of(group) != partition {
                 let groups = self.key_groups.count();
                 return Err(foreign(format!("a packed record of key group {group}, which is not in this partition of a job of {groups} key groups")));
@@ -292,6 +306,9 @@ impl<'a> Replayed<'a> {
                 self.checkpoint = Some(checkpoint);
             }
             ChangelogRecord::State { stage, key, state } => {
+                if stage >= self.stages {
+                    return Err(foreign(self.past_the_operators(stage)));
+                }
                 let group = self.key_groups.group_of(Some(key));
                 if self.placement.partition_of(group) != partition {
                     return Err(foreign(format!("its key belongs to key group {group}, which is not in this partition")));
@@ -301,6 +318,10 @@ impl<'a> Replayed<'a> {
             }
         }
         Ok(())
+    }
+
+    fn past_the_operators(&self, stage: u32) -> String {
+        format!("state of operator {stage} (counting from 0), and the job has {} operators", self.stages)
     }
 
     fn add_packed(&mut self, record: PackedRecord<'_>) -> Result<(), Replay> {
