@@ -526,4 +526,7 @@ brokers = "{brokers}"
     await_rows(&plain, &expected_plain, &mut child, &log);
     let status = job::terminate(&mut child, Duration::from_secs(60));
     assert!(status.success(), "weir exited with {status} after SIGTERM; log:\n{}", job::read_log(&log));
+    let text = job::read_log(&log);
+    let told = text.lines().filter(|line| line.contains("is handed records without a value (tombstones) as empty values")).collect::<Vec<_>>();
+    assert!(!told.is_empty() && told.iter().all(|line| line.contains("`unmarking[")), "the unmarked operator is not told, or another is:\n{text}");
 }

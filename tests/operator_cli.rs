@@ -166,8 +166,9 @@ fn keyed_records_run_and_a_saved_snapshot_restores_in_every_window_count() {
     );
     assert!(totals.contains(r#"process emitted: key "u1" value "{\"key\":\"u1\",\"total\":7}" @1"#), "{totals}");
 
-    // Files that are not what they should be: an error naming the file and the line.
-    std::fs::write(&records, "{\"key\":\"u1\"}\n").unwrap();
+    // Files that are not what they should be: an error naming the file and the line (a
+    // line without `value` is a tombstone; one with a field check does not know is not).
+    std::fs::write(&records, "{\"key\":\"u1\",\"valu\":1}\n").unwrap();
     let broken = dir.path().join("broken.json");
     std::fs::write(&broken, "not json").unwrap();
     for (args, expected) in [

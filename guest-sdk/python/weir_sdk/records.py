@@ -57,7 +57,7 @@ def _records(batch: Any) -> List[Record]:
     if not batch.headers:
         return [new(record, (data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
                              data[e.value_offset:e.value_offset + e.value_len]
-                             if e.value_offset != _NO_VALUE else None,
+                             if e.value_offset != _NO_VALUE or e.value_len else None,
                              e.timestamp, _NO_HEADERS))
                 for e in batch.entries]
     by_entry: Dict[int, List[Tuple[str, bytes]]] = {}
@@ -65,7 +65,7 @@ def _records(batch: Any) -> List[Record]:
         by_entry.setdefault(header.entry, []).append((header.name, header.value))
     return [new(record, (data[e.key_offset:e.key_offset + e.key_len] if e.has_key else None,
                          data[e.value_offset:e.value_offset + e.value_len]
-                         if e.value_offset != _NO_VALUE else None,
+                         if e.value_offset != _NO_VALUE or e.value_len else None,
                          e.timestamp, by_entry.get(index, _NO_HEADERS)))
             for index, e in enumerate(batch.entries)]
 

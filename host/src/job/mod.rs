@@ -41,6 +41,8 @@
 //! name = "count"                  # unique in the job; [A-Za-z0-9._-], 1-64 chars
 //! plugin = "plugins/window-count.wasm"   # relative to this file's directory
 //! key_by = true                   # route records to subtasks by key (default false)
+//! tombstones = false              # hand records without a value marked (value offset
+//!                                 # 0xFFFFFFFF), not as empty values (default false)
 //! memory_limit_mb = 64            # the plugin's linear memory cap, 1..=4096
 //! call_timeout_ms = 1000          # the deadline of one call into the plugin, 1..=600000, and
 //!                                 # exactly-once, at most half the sink's transaction.timeout.ms

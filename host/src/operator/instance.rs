@@ -105,6 +105,8 @@ pub struct OperatorInstance {
     log: LogGate,
     /// `None` only after a crash whose replacement failed; the next call retries.
     live: Option<Live>,
+    /// Whether it was told it is handed tombstones as empty values.
+    told_of_tombstones: bool,
 }
 
 /// What its gate dropped is said when the instance goes, though the gate lives on.
@@ -221,6 +223,7 @@ impl OperatorInstance {
             deadline_ticks: plugin.runtime().deadline_ticks(limits.call_timeout),
             log: plugin.log_gate(&label, limits.log),
             live: None,
+            told_of_tombstones: false,
         };
         instance.live = Some(instance.start()?);
         Ok(instance)
@@ -252,6 +255,15 @@ impl OperatorInstance {
             self.ports.describe()
         );
         let tombstones = self.limits.tombstones;
+        if tombstones == Tombstones::AsEmpty && batch.tombstones() > 0 && !self.told_of_tombstones {
+            self.told_of_tombstones = true;
+            tracing::info!(
+                "{} is handed records without a value (tombstones) as empty values, so what it passes on of \
+                 them is written as empty values, not deletions; set tombstones = true for it if it reads \
+                 the mark (logged once per instance)",
+                self.id
+            );
+        }
         let output = self.call(Call::Process, |live| {
             live.exports.process(&mut live.store, input, batch, tombstones)
         })?;
