@@ -523,15 +523,17 @@ fn a_segment_of_an_operator_the_job_lacks_stops_the_restore() {
     std::fs::remove_dir_all(job.state_dir()).expect("deleting the state_dir");
     // Well formed, of key group 22, but of a sixth operator: the job has one.
     let segment = (packed_key(b's', 5, 22, 0, 9_998), packed_entries(&[(&key_in_group(&input, 22), b"state")]));
-    restore_stops_on(&job, &log, segment, "state of operator 5 (counting from 0), and the job has 1 operators");
+    let (at, text) = restore_stops_on(&job, &log, segment);
+    let wanted = format!("holds state of operator 5 (counting from 0) {at}, and job `{}` has 1 operator: the job file lost operators", job.name);
+    assert!(text.contains(&wanted), "no error naming the record and what to do ({wanted}):\n{text}");
 }
 
 /// A state_dir one checkpoint behind Kafka's committed offsets (killed after a commit,
 /// before its fold) is brought up by replaying the changelog's tail; a malformed record
-/// there stops the restore at once: a replay of the whole topic would empty the
-/// state_dir only to fail on the same record.
+/// there stops the restore at once: a replay of the whole topic would empty the store
+/// only to fail on the same record.
 #[test]
-fn a_malformed_segment_in_the_tail_stops_the_restore_and_leaves_the_state_dir() {
+fn a_malformed_segment_in_the_tail_stops_the_restore_without_a_replay_of_the_whole_topic() {
     let (job, log, _) = committed_and_stopped("seg-malformed-tail", 47);
     // The next start's second checkpoint is committed, and not folded.
     kill_at_steps(&job, &log, &[(2, "after-commit", false)], &[]);
@@ -545,14 +547,19 @@ fn a_malformed_segment_in_the_tail_stops_the_restore_and_leaves_the_state_dir() 
 /// Writes a segment whose one entry claims a key of 100 bytes in a value of 4 at the end
 /// of key group 22's partition, then starts the job: as `restore_stops_on`.
 fn restore_stops_on_a_malformed_segment(job: &JobDir, log: &std::path::Path) -> String {
-    restore_stops_on(job, log, (packed_key(b's', 0, 22, 0, 9_999), vec![1, 100, 1, b'k']), "runs past the value")
+    let (at, text) = restore_stops_on(job, log, (packed_key(b's', 0, 22, 0, 9_999), vec![1, 100, 1, b'k']));
+    let changelog = format!("{}-changelog", job.name);
+    let wanted = format!("the changelog topic `{changelog}` holds a record weir did not write for job `{}` {at}", job.name);
+    assert!(text.contains(&wanted), "no error naming topic, partition and offset ({wanted}):\n{text}");
+    assert!(text.contains("runs past the value"), "the error says what is wrong:\n{text}");
+    text
 }
 
 /// Writes `record`, a packed record of key group 22 (its key and value), at the end of
-/// that group's partition of the changelog, then starts the job: it must stop with an
-/// error naming the record and saying `why`, nothing committed and nothing written.
-/// Returns the log.
-fn restore_stops_on(job: &JobDir, log: &std::path::Path, (key, value): (Vec<u8>, Vec<u8>), why: &str) -> String {
+/// that group's partition of the changelog, then starts the job: it must stop, nothing
+/// committed and nothing written. Returns where the record is (`at partition P offset
+/// O`) and the log.
+fn restore_stops_on(job: &JobDir, log: &std::path::Path, (key, value): (Vec<u8>, Vec<u8>)) -> (String, String) {
     let changelog = format!("{}-changelog", job.name);
     let partition = partition_of(22);
     let offset = support::end_offset(&changelog, partition);
@@ -563,11 +570,8 @@ fn restore_stops_on(job: &JobDir, log: &std::path::Path, (key, value): (Vec<u8>,
     let status = job::wait(&mut child, Duration::from_secs(90)).expect("weir stops on a malformed changelog");
     let text = job::read_log(log);
     assert!(!status.success(), "weir exited {status}; log:\n{text}");
-    let wanted = format!("the changelog topic `{changelog}` holds a record weir did not write for job `{}` at partition {partition} offset {offset}", job.name);
-    assert!(text.contains(&wanted), "no error naming topic, partition and offset ({wanted}):\n{text}");
-    assert!(text.contains(why), "the error says what is wrong ({why}):\n{text}");
     assert_eq!(support::committed_offsets(&job.name, &job.input, PARTITIONS), committed, "nothing committed");
     let output = clicks::as_multiset(&support::read_to_end(&job.output, PARTITIONS, Isolation::ReadCommitted));
     assert!(output == output_before, "nothing written");
-    text
+    (format!("at partition {partition} offset {offset}"), text)
 }

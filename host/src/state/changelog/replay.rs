@@ -283,7 +283,7 @@ impl<'a> Replayed<'a> {
             })?;
             let (stage, group) = (packed.key.stage, packed.key.group);
             if stage >= self.stages {
-                return Err(foreign(self.past_the_operators(stage)));
+                return Err(self.past_the_operators(stage, (partition, offset)));
             }
             if group >= self.key_groups.count() || self.placement.partition_of(group) != partition {
                 let groups = self.key_groups.count();
@@ -307,7 +307,7 @@ impl<'a> Replayed<'a> {
             }
             ChangelogRecord::State { stage, key, state } => {
                 if stage >= self.stages {
-                    return Err(foreign(self.past_the_operators(stage)));
+                    return Err(self.past_the_operators(stage, (partition, offset)));
                 }
                 let group = self.key_groups.group_of(Some(key));
                 if self.placement.partition_of(group) != partition {
@@ -320,8 +320,17 @@ impl<'a> Replayed<'a> {
         Ok(())
     }
 
-    fn past_the_operators(&self, stage: u32) -> String {
-        format!("state of operator {stage} (counting from 0), and the job has {} operators", self.stages)
+    /// A record of operator `stage`, which the job does not have: most likely, the job
+    /// file lost an operator since the checkpoints were taken.
+    fn past_the_operators(&self, stage: u32, (partition, offset): (i32, i64)) -> TaskFailure {
+        let (topic, job, stages) = (self.topic, self.job, self.stages);
+        let operators = if stages == 1 { "operator" } else { "operators" };
+        TaskFailure::Incompatible(format!(
+            "the changelog topic `{topic}` holds state of operator {stage} (counting from 0) at partition {partition} \
+             offset {offset}, and job `{job}` has {stages} {operators}: the job file lost operators since its \
+             checkpoints were taken, or another writer wrote the record. Restore the job file the checkpoints were \
+             taken with, or start over deliberately under a new job name"
+        ))
     }
 
     fn add_packed(&mut self, record: PackedRecord<'_>) -> Result<(), Replay> {
