@@ -289,6 +289,44 @@ fn check_hands_tombstones_as_a_job_does() {
     assert!(unmarked.contains("process (2 record(s) in, 1 out)") && !unmarked.contains("tombstone"), "{unmarked}");
 }
 
+/// `--job` checks an operator of a job file with what the job gives it: its limits and
+/// config, and key_by (an operator not routed by key may keep no state, as in the job).
+#[test]
+fn check_takes_an_operator_from_a_job_file() {
+    let plugin = plugin_path("window-count");
+    let job = format!(
+        "name = \"check-job\"\nparallelism = 2\ncheckpoint_interval_ms = 1000\nstate_dir = \"state\"\n\
+         [source]\nbrokers = \"127.0.0.1:9092\"\ntopic = \"in\"\n\
+         [[operators]]\nname = \"count\"\nplugin = \"{plugin}\"\nkey_by = true\nmemory_limit_mb = 48\ncall_timeout_ms = 750\n\
+         [operators.config]\nwindow_ms = \"1000\"\n\
+         [[operators]]\nname = \"unkeyed\"\nplugin = \"{plugin}\"\n[operators.config]\nwindow_ms = \"1000\"\n\
+         [sink]\nbrokers = \"127.0.0.1:9092\"\ntopic = \"out\"\n",
+        plugin = plugin.display()
+    );
+    let job = scratch_file("check-job.toml", job.as_bytes());
+    let job = job.to_str().unwrap();
+    let check = |args: &[&str]| {
+        let out = crate::support::job::weir()
+            .args(["check", "--job", job])
+            .args(args)
+            .env("WEIR_CACHE_DIR", cache_dir())
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("run weir check");
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let (ok, counted) = check(&["--operator", "count", "--record", "k=x@5"]);
+    assert!(ok, "{counted}");
+    assert!(counted.contains("limits:   memory and tables 48.0 MiB, call timeout 750 ms"), "{counted}");
+    assert!(counted.contains("init:     ok with 1 config entry"), "{counted}");
+    let (ok, unkeyed) = check(&["--operator", "unkeyed", "--record", "k=x@5"]);
+    assert!(!ok && unkeyed.contains("its input is not routed by key") && unkeyed.contains("key_by = true for operator `unkeyed`"), "{unkeyed}");
+    let (ok, missing) = check(&["--operator", "nope"]);
+    assert!(!ok && missing.contains("has no operator `nope`; its operators: count, unkeyed"), "{missing}");
+    let (ok, both) = check(&["--operator", "count", "--config", "window_ms=5"]);
+    assert!(!ok && both.contains("cannot be used with"), "{both}");
+}
+
 #[test]
 fn files_too_large_or_too_slow_to_compile_fail_naming_the_bound() {
     assert_fails(

@@ -29,8 +29,18 @@ const PRINTED_BYTES: usize = 200;
 
 #[derive(Args)]
 pub(super) struct CheckArgs {
-    /// The plugin: a WebAssembly component exporting the weir:operator world.
-    plugin: PathBuf,
+    /// The plugin: a WebAssembly component exporting the weir:operator world (none with
+    /// --job: the job file names it).
+    #[arg(required_unless_present = "job", conflicts_with = "job")]
+    plugin: Option<PathBuf>,
+    /// Check operator --operator of this job file as the job would run it: its plugin,
+    /// limits, config, inputs and outputs, tombstones and key_by (an operator whose
+    /// input is not routed by key may keep no state), instead of the flags that give them.
+    #[arg(long, value_name = "FILE", requires = "operator", conflicts_with_all = JOB_GIVES)]
+    job: Option<PathBuf>,
+    /// The operator of --job to check, by name.
+    #[arg(long, value_name = "NAME", requires = "job")]
+    operator: Option<String>,
     /// Linear memory cap of each instance, in MiB.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=u64::from(job::MAX_MEMORY_LIMIT_MB)))]
     memory_limit_mb: u64,
@@ -115,6 +125,87 @@ pub(super) struct CheckArgs {
     no_init: bool,
 }
 
+/// The flags whose values --job takes from the job file instead.
+const JOB_GIVES: [&str; 12] = [
+    "memory_limit_mb",
+    "call_timeout_ms",
+    "max_output_records",
+    "max_output_mb",
+    "log_lines_per_sec",
+    "log_kib_per_sec",
+    "max_plugin_mb",
+    "compile_timeout_ms",
+    "config",
+    "tombstones",
+    "inputs",
+    "outputs",
+];
+
+/// What is checked: a plugin, and what a job hands its operator.
+struct Subject {
+    plugin: PathBuf,
+    load: LoadLimits,
+    limits: Limits,
+    config: Vec<(String, String)>,
+    ports: Ports,
+    /// The operator's name if its input is not routed by key: it may keep no state.
+    unkeyed: Option<String>,
+    /// What to give to get past a failing `init`.
+    init_help: &'static str,
+}
+
+impl Subject {
+    fn from_flags(args: &CheckArgs) -> anyhow::Result<Subject> {
+        job::check_input_names(&args.inputs).map_err(|problem| anyhow::anyhow!("--inputs: {problem}"))?;
+        job::check_output_names(&args.outputs).map_err(|problem| anyhow::anyhow!("--outputs: {problem}"))?;
+        let limits = Limits {
+            memory_bytes: usize::try_from(args.memory_limit_mb << 20)
+                .context("--memory-limit-mb is too large for this machine")?,
+            call_timeout: Duration::from_millis(args.call_timeout_ms),
+            max_output_records: args.max_output_records as usize,
+            max_output_bytes: args.max_output_mb.unwrap_or(args.memory_limit_mb) << 20,
+            log: LogLimits {
+                lines_per_sec: args.log_lines_per_sec,
+                bytes_per_sec: args.log_kib_per_sec << 10,
+            },
+            tombstones: if args.tombstones { Tombstones::Marked } else { Tombstones::AsEmpty },
+        };
+        Ok(Subject {
+            plugin: args.plugin.clone().expect("clap requires the plugin without --job"),
+            load: LoadLimits {
+                max_bytes: args.max_plugin_mb << 20,
+                compile_timeout: Duration::from_millis(args.compile_timeout_ms),
+            },
+            limits,
+            config: job_config(&args.config)?,
+            ports: Ports {
+                inputs: args.inputs.clone(),
+                outputs: args.outputs.clone(),
+            },
+            unkeyed: None,
+            init_help: "with --config key=value, --inputs and --outputs, or skip init with --no-init",
+        })
+    }
+
+    /// Operator `name` of the job file at `path`, as the job would run it.
+    fn from_job(path: &Path, name: &str) -> anyhow::Result<Subject> {
+        let job = job::load(path)?;
+        let Some(spec) = job.operators.iter().find(|spec| spec.name == name) else {
+            let names: Vec<&str> = job.operators.iter().map(|spec| spec.name.as_str()).collect();
+            anyhow::bail!("job file {} has no operator `{name}`; its operators: {}", path.display(), names.join(", "));
+        };
+        Ok(Subject {
+            plugin: spec.plugin.clone(),
+            load: spec.load_limits(),
+            limits: spec.limits(),
+            config: spec.init_config(),
+            ports: spec.ports(),
+            unkeyed: (!spec.key_by).then(|| spec.name.clone()),
+            init_help: "as the job file gives it, or skip init with --no-init",
+        })
+    }
+}
+
 /// One record for `process`.
 #[derive(Clone, Debug, PartialEq)]
 struct InputRecord {
@@ -124,34 +215,16 @@ struct InputRecord {
     timestamp: Option<i64>,
 }
 
-pub(super) fn run(mut args: CheckArgs) -> anyhow::Result<()> {
-    args.config = job_config(&args.config)?;
-    job::check_input_names(&args.inputs).map_err(|problem| anyhow::anyhow!("--inputs: {problem}"))?;
-    job::check_output_names(&args.outputs).map_err(|problem| anyhow::anyhow!("--outputs: {problem}"))?;
-    let limits = Limits {
-        memory_bytes: usize::try_from(args.memory_limit_mb << 20)
-            .context("--memory-limit-mb is too large for this machine")?,
-        call_timeout: Duration::from_millis(args.call_timeout_ms),
-        max_output_records: args.max_output_records as usize,
-        max_output_bytes: args.max_output_mb.unwrap_or(args.memory_limit_mb) << 20,
-        log: LogLimits {
-            lines_per_sec: args.log_lines_per_sec,
-            bytes_per_sec: args.log_kib_per_sec << 10,
-        },
-        tombstones: if args.tombstones { Tombstones::Marked } else { Tombstones::AsEmpty },
+pub(super) fn run(args: CheckArgs) -> anyhow::Result<()> {
+    let subject = match (&args.job, &args.operator) {
+        (Some(path), Some(name)) => Subject::from_job(path, name)?,
+        _ => Subject::from_flags(&args)?,
     };
-    let load = LoadLimits {
-        max_bytes: args.max_plugin_mb << 20,
-        compile_timeout: Duration::from_millis(args.compile_timeout_ms),
-    };
-    let ports = Ports {
-        inputs: args.inputs.clone(),
-        outputs: args.outputs.clone(),
-    };
-    let input = input_index(&ports, args.input.as_deref())?;
+    let (limits, ports) = (subject.limits, &subject.ports);
+    let input = input_index(ports, args.input.as_deref())?;
     let runtime =
         Runtime::new(RuntimeConfig::default()).context("cannot start the WebAssembly runtime")?;
-    let plugin = Plugin::load_with(&runtime, &args.plugin, load)?;
+    let plugin = Plugin::load_with(&runtime, &subject.plugin, subject.load)?;
     print_info(plugin.info(), &runtime, limits);
     let probe = plugin.probe(limits, "check")?;
     println!(
@@ -163,7 +236,7 @@ pub(super) fn run(mut args: CheckArgs) -> anyhow::Result<()> {
     if args.no_init {
         println!("calls:    not run (--no-init)");
     } else {
-        call_every_export(&args, &plugin, limits, &ports, input)?;
+        call_every_export(&args, &subject, &plugin, input)?;
     }
     println!("ok: {} can run as a weir operator", plugin.path().display());
     Ok(())
@@ -185,19 +258,15 @@ fn input_index(ports: &Ports, name: Option<&str>) -> anyhow::Result<u32> {
 /// job would; saves the state it ends with to `--save-snapshot`, if given.
 fn call_every_export(
     args: &CheckArgs,
+    subject: &Subject,
     plugin: &Plugin,
-    limits: Limits,
-    ports: &Ports,
     input: u32,
 ) -> anyhow::Result<()> {
-    let entries = args.config.len();
+    let (limits, ports) = (subject.limits, &subject.ports);
+    let entries = subject.config.len();
     let start = || {
-        OperatorInstance::with_ports(plugin, limits, args.config.clone(), ports.clone(), "check".into())
-            .map_err(|err| {
-                anyhow::anyhow!(
-                    "{err} (with --config key=value, --inputs and --outputs, or skip init with --no-init)"
-                )
-            })
+        OperatorInstance::with_ports(plugin, limits, subject.config.clone(), ports.clone(), "check".into())
+            .map_err(|err| anyhow::anyhow!("{err} ({})", subject.init_help))
     };
     let mut records = args.records.clone();
     if let Some(path) = &args.records_file {
@@ -226,7 +295,7 @@ fn call_every_export(
     }
     drop(restoring);
     let to = args.watermark.unwrap_or(i64::MAX).max(watermark);
-    let changes = exercise(&mut instance, input, &records, to)?;
+    let changes = exercise(&mut instance, (input, subject.unkeyed.as_deref()), &records, to)?;
     // What a checkpoint holds after this round: the restored state with the
     // round's changes applied (removals delete).
     for (_, key, value) in changes.entries() {
@@ -242,7 +311,7 @@ fn call_every_export(
     drop(restoring);
     println!("restore:  ok into a fresh instance ({} entries)", image.len());
     if let Some(path) = &args.save_snapshot {
-        snapshot_file::save(path, &args.plugin, to, &image)?;
+        snapshot_file::save(path, &subject.plugin, to, &image)?;
         println!("saved:    {} entries at watermark {to} to {}", image.len(), path.display());
     }
     Ok(())
@@ -309,12 +378,13 @@ fn restore(instance: &mut OperatorInstance, image: &Image, watermark: i64) -> an
 /// Calls `process` (on input `input`, in batches a job would hand it: `piece_ends`),
 /// `on-watermark` (to `watermark`) and one `snapshot` round, in the order a job would,
 /// so that a plugin that loops, exhausts memory or traps fails here, and its outputs and
-/// state are checked as a job checks them (one key group: check knows no job's); prints
-/// what the calls emit, and how much reached each output. Returns the round's state
-/// changes.
+/// state are checked as a job checks them (the instance owns every key group, as one
+/// subtask does; `unkeyed`, an operator whose input is not routed by key, may keep no
+/// state); prints what the calls emit, and how much reached each output. Returns the
+/// round's state changes.
 fn exercise(
     instance: &mut OperatorInstance,
-    input: u32,
+    (input, unkeyed): (u32, Option<&str>),
     records: &[InputRecord],
     watermark: i64,
 ) -> anyhow::Result<StateChanges> {
@@ -342,7 +412,10 @@ fn exercise(
     let fired = instance.on_watermark_emitted(watermark)?;
     let shown = print_records("on-watermark", &fired, &outputs, PRINTED_RECORDS);
     print_more("on-watermark", fired.len() - shown);
-    let changes = instance.snapshot_round(0, |_| Ok(0))?;
+    let changes = instance.snapshot_round(0, |key| match unkeyed {
+        Some(operator) => Err(job::unkeyed_state(operator, key)),
+        None => Ok(0),
+    })?;
     let (keys, bytes) = changes.size();
     println!(
         "calls:    process ({} record(s) in, {} out), on-watermark ({} out), snapshot ({} \

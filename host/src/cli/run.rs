@@ -12,7 +12,7 @@ use clap::Args;
 use weir::checkpoint::state_dir::StateDir;
 use weir::engine::{Engine, Options, Stopped};
 use weir::metrics::Metrics;
-use weir::operator::{LoadLimits, Plugin, Runtime, RuntimeConfig};
+use weir::operator::{Plugin, Runtime, RuntimeConfig};
 use weir::status::Status;
 use weir::status::server::Server;
 
@@ -51,11 +51,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         .operators
         .iter()
         .map(|op| {
-            let limits = LoadLimits {
-                max_bytes: u64::from(op.max_plugin_mb) << 20,
-                compile_timeout: op.compile_timeout(),
-            };
-            Plugin::load_with(&runtime, &op.plugin, limits)
+            Plugin::load_with(&runtime, &op.plugin, op.load_limits())
                 .with_context(|| format!("operator `{}` of job `{}`", op.name, job.name))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -286,7 +286,7 @@ fn spawn_operators<'scope>(
                 suspects: Arc::clone(&suspects),
                 poisoned: Arc::clone(&poisoned),
                 changelog: ChangelogWriter::new(operators.state_out, stage as u32, key_groups.range(subtask as u32, job.parallelism)),
-                early: EarlyRounds::new(job.checkpoint_interval(), 2 * recover::operator_limits(spec).round_bytes() as u64),
+                early: EarlyRounds::new(job.checkpoint_interval(), 2 * spec.limits().round_bytes() as u64),
                 barrier: operators.next.saturating_sub(1),
                 dead_letters: job.producer.dead_letter_topic.is_some(),
                 source_topics: operators.inputs.clone(),

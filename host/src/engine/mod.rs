@@ -139,9 +139,8 @@ impl Engine {
     /// before it creates any topic.
     fn check_operators(&self) -> Result<(), TaskFailure> {
         for (spec, plugin) in self.job.operators.iter().zip(&self.plugins) {
-            let config = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             let label = format!("{}[check]", spec.name);
-            OperatorInstance::with_ports(plugin, recover::operator_limits(spec), config, recover::ports(spec), label)
+            OperatorInstance::with_ports(plugin, spec.limits(), spec.init_config(), spec.ports(), label)
                 .map_err(TaskFailure::operator)?;
         }
         Ok(())

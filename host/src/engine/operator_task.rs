@@ -466,14 +466,7 @@ impl OperatorTask<'_> {
         let (name, subtask) = (&self.name, self.subtask);
         self.instance.snapshot_round(self.stage, |key| {
             let group = key_groups.group_of(Some(key));
-            let Some(owned) = owned else {
-                return Err(format!(
-                    "it keeps state (key {}) but its input is not routed by key, so the records of a \
-                     key reach every subtask and its state could not follow them on restore; set \
-                     key_by = true for operator `{name}`",
-                    chunk::shown_key(key)
-                ));
-            };
+            let Some(owned) = owned else { return Err(crate::job::unkeyed_state(name, key)) };
             if !owned.contains(&group) || shard.as_ref().is_some_and(|shard| !shard.owns(group)) {
                 return Err(format!(
                     "key {} is in key group {group}, which subtask {subtask} does not own (it owns \

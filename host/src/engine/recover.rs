@@ -16,7 +16,7 @@ use crate::chunk;
 use crate::dataflow::{InputTopics, KeyGroups, Shard, TaskFailure, input_id, within_max_partitions};
 use crate::job::{self, Job, Port};
 use crate::metrics::{Metrics, progress};
-use crate::operator::{Limits, LogLimits, OperatorInstance, Plugin, Ports, Tombstones};
+use crate::operator::{OperatorInstance, Plugin};
 use crate::sink::{self, Delivery, Member, ShardSink, Sink, SinkConfig, SinkError};
 use crate::source;
 use crate::state::changelog;
@@ -902,7 +902,7 @@ struct Restored<'a> {
 fn stage_instances(from: &Restored<'_>, stage: u32, spec: &job::Operator, plugin: &Plugin) -> Result<(Vec<(OperatorInstance, i64)>, u64), TaskFailure> {
     let parallelism = from.job.parallelism;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(parallelism as usize).max(1);
-    let config: Vec<(String, String)> = spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let config = spec.init_config();
     let built: Vec<Vec<(u32, Result<Built, TaskFailure>)>> = std::thread::scope(|scope| {
         let config = &config;
         let handles: Vec<_> = (0..threads as u32)
@@ -942,7 +942,7 @@ fn subtask_instance(
 ) -> Result<Built, TaskFailure> {
     let label = format!("{}[{subtask}]", spec.name);
     let mut instance =
-        OperatorInstance::with_ports(plugin, operator_limits(spec), config.to_vec(), ports(spec), label).map_err(TaskFailure::operator)?;
+        OperatorInstance::with_ports(plugin, spec.limits(), config.to_vec(), spec.ports(), label).map_err(TaskFailure::operator)?;
     instance.count_log_drops(from.metrics.plugin_log(&spec.name, subtask));
     let parallelism = from.job.parallelism;
     let restored = match from.restore {
@@ -1021,26 +1021,6 @@ fn refuse_unkeyed_state(store: &CheckpointStore, stage: u32, spec: &job::Operato
         )))
     });
     entries.map(|_| ())
-}
-
-/// The names of operator `spec`'s inputs and outputs, as its plugin's `init` gets them.
-pub(super) fn ports(spec: &job::Operator) -> Ports {
-    Ports { inputs: spec.inputs.clone(), outputs: spec.outputs.clone() }
-}
-
-/// What each instance of operator `spec` may use, from its job-file keys.
-pub(super) fn operator_limits(spec: &job::Operator) -> Limits {
-    Limits {
-        memory_bytes: spec.memory_limit_bytes(),
-        call_timeout: spec.call_timeout(),
-        max_output_records: spec.max_output_records as usize,
-        max_output_bytes: spec.max_output_bytes(),
-        log: LogLimits {
-            lines_per_sec: spec.log_lines_per_sec,
-            bytes_per_sec: u64::from(spec.log_kib_per_sec) << 10,
-        },
-        tombstones: if spec.tombstones { Tombstones::Marked } else { Tombstones::AsEmpty },
-    }
 }
 
 fn corrupt(store: &CheckpointStore, n: u64, task: Option<String>, detail: String) -> StoreError {

@@ -123,6 +123,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use toml::Spanned;
 
 use crate::kafka_config::{self, Forced};
+use crate::operator::{Limits, LoadLimits, LogLimits, Ports, Tombstones};
 
 mod graph;
 pub use graph::{Input, Port};
@@ -531,6 +532,43 @@ impl Operator {
     pub fn compile_timeout(&self) -> Duration {
         Duration::from_millis(self.compile_timeout_ms)
     }
+
+    /// What loading its plugin may take.
+    pub fn load_limits(&self) -> LoadLimits {
+        LoadLimits { max_bytes: u64::from(self.max_plugin_mb) << 20, compile_timeout: self.compile_timeout() }
+    }
+
+    /// What each of its instances may use, and how it is handed tombstones.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            memory_bytes: self.memory_limit_bytes(),
+            call_timeout: self.call_timeout(),
+            max_output_records: self.max_output_records as usize,
+            max_output_bytes: self.max_output_bytes(),
+            log: LogLimits { lines_per_sec: self.log_lines_per_sec, bytes_per_sec: u64::from(self.log_kib_per_sec) << 10 },
+            tombstones: if self.tombstones { Tombstones::Marked } else { Tombstones::AsEmpty },
+        }
+    }
+
+    /// The names of its inputs and outputs, as its plugin's `init` gets them.
+    pub fn ports(&self) -> Ports {
+        Ports { inputs: self.inputs.clone(), outputs: self.outputs.clone() }
+    }
+
+    /// Its `[operators.config]`, as its plugin's `init` gets it: sorted by key.
+    pub fn init_config(&self) -> Vec<(String, String)> {
+        self.config.iter().map(|(key, value)| (key.clone(), value.clone())).collect()
+    }
+}
+
+/// Why state under `key` cannot be kept by `operator`, whose input is not routed by key:
+/// the records of a key reach every subtask.
+pub fn unkeyed_state(operator: &str, key: &[u8]) -> String {
+    format!(
+        "it keeps state (key {}) but its input is not routed by key, so the records of a key reach every \
+         subtask and its state could not follow them on restore; set key_by = true for operator `{operator}`",
+        crate::chunk::shown_key(key)
+    )
 }
 
 /// Reads and checks the job file at `path`; relative paths in it resolve against its directory.
