@@ -4,15 +4,20 @@
 
 use crate::operator_common as common;
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{cache_dir, plugin_path, scratch_file};
 
 fn check(plugin: &Path, args: &[&str]) -> Output {
+    weir_check(std::iter::once(plugin.as_os_str()).chain(args.iter().map(OsStr::new)))
+}
+
+/// `weir check` with `args`.
+fn weir_check<'a>(args: impl IntoIterator<Item = &'a OsStr>) -> Output {
     crate::support::job::weir()
         .arg("check")
-        .arg(plugin)
         .args(args)
         // Share the tests' compiled-code cache; keep stderr to the error itself.
         .env("WEIR_CACHE_DIR", cache_dir())
@@ -306,13 +311,7 @@ fn check_takes_an_operator_from_a_job_file() {
     let job = scratch_file("check-job.toml", job.as_bytes());
     let job = job.to_str().unwrap();
     let check = |args: &[&str]| {
-        let out = crate::support::job::weir()
-            .args(["check", "--job", job])
-            .args(args)
-            .env("WEIR_CACHE_DIR", cache_dir())
-            .env("RUST_LOG", "error")
-            .output()
-            .expect("run weir check");
+        let out = weir_check(["--job", job].iter().chain(args).map(OsStr::new));
         (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
     };
     let (ok, counted) = check(&["--operator", "count", "--record", "k=x@5"]);

@@ -62,7 +62,7 @@ impl Emitter {
         timestamp: i64,
     ) -> Emitted<'_> {
         self.route(output);
-        let entry = self.batch.push(key, value, timestamp);
+        let entry = self.batch.push(key, Some(value), timestamp);
         self.emitted(entry)
     }
 
@@ -121,7 +121,7 @@ impl Emitter {
     /// Emits a tombstone of `key` to `output`.
     pub fn tombstone_to(&mut self, output: Output, key: &[u8], timestamp: i64) -> Emitted<'_> {
         self.route(output);
-        let entry = self.batch.push_tombstone(Some(key), timestamp);
+        let entry = self.batch.push(Some(key), None, timestamp);
         self.emitted(entry)
     }
 
@@ -133,10 +133,7 @@ impl Emitter {
     /// Emits a copy of an input record to `output`, headers included.
     pub fn forward_to(&mut self, output: Output, record: &Record<'_>) {
         self.route(output);
-        let entry = match record.tombstone {
-            true => self.batch.push_tombstone(record.key, record.timestamp),
-            false => self.batch.push(record.key, record.value, record.timestamp),
-        };
+        let entry = self.batch.push(record.key, record.stored_value(), record.timestamp);
         let mut emitted = self.emitted(entry);
         for header in record.headers {
             emitted = emitted.header(&header.name, &header.value);

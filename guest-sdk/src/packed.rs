@@ -78,10 +78,7 @@ impl Batch {
     pub fn pack<'a>(records: impl IntoIterator<Item = &'a Record<'a>>) -> Self {
         let mut batch = Self::default();
         for record in records {
-            let index = match record.tombstone {
-                true => batch.push_tombstone(record.key, record.timestamp),
-                false => batch.push(record.key, record.value, record.timestamp),
-            };
+            let index = batch.push(record.key, record.stored_value(), record.timestamp);
             for header in record.headers {
                 batch.headers.push(Header {
                     entry: index,
@@ -103,30 +100,18 @@ impl Batch {
         self.entries.is_empty()
     }
 
-    /// Appends a record without headers and returns its index.
-    pub(crate) fn push(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> u32 {
+    /// Appends a record without headers, its value `None` for a tombstone, and returns
+    /// its index.
+    pub(crate) fn push(&mut self, key: Option<&[u8]>, value: Option<&[u8]>, timestamp: i64) -> u32 {
         let (key_offset, key_len) = match key {
             Some(key) => (self.append(key), key.len()),
             None => (0, 0),
         };
-        let value_offset = self.append(value);
-        self.push_entry(
-            key.is_some(),
-            key_offset,
-            key_len,
-            value_offset,
-            value.len(),
-            timestamp,
-        )
-    }
-
-    /// Appends a record without a value or headers and returns its index.
-    pub(crate) fn push_tombstone(&mut self, key: Option<&[u8]>, timestamp: i64) -> u32 {
-        let (key_offset, key_len) = match key {
-            Some(key) => (self.append(key), key.len()),
-            None => (0, 0),
+        let (value_offset, value_len) = match value {
+            Some(value) => (self.append(value), value.len()),
+            None => (NO_VALUE, 0),
         };
-        self.push_entry(key.is_some(), key_offset, key_len, NO_VALUE, 0, timestamp)
+        self.push_entry(key.is_some(), key_offset, key_len, value_offset, value_len, timestamp)
     }
 
     /// Appends bytes to `data` and returns where they start.

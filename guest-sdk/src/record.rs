@@ -47,6 +47,11 @@ impl<'a> Record<'a> {
         }
     }
 
+    /// The value as a batch stores it: `None` for a tombstone.
+    pub(crate) fn stored_value(&self) -> Option<&'a [u8]> {
+        (!self.tombstone).then_some(self.value)
+    }
+
     /// The value of the first header with this name.
     pub fn header(&self, name: &str) -> Option<&'a [u8]> {
         self.headers
